@@ -467,7 +467,8 @@ func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey
 // replaces them, under the lock that changes the account: a list read
 // before the account removed a key cannot put the key back.
 //
-// Refusals (FORBIDDEN, CONFLICT, BAD_REQUEST) are returned, not audited:
+// Refusals (FORBIDDEN, CONFLICT, BAD_REQUEST, INVALID_ARGUMENT beyond
+// MaxAccountKeys keys) are returned, not audited:
 // the caller knows how it was asked (the server audits them as
 // access.denied). A change is audited as account.keys.published, in the
 // order of the changes: principal the account, ref "by P: CHANGES" where
@@ -488,8 +489,8 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
 	}
-	if err := ValidateKeys(keys); err != nil {
-		return Account{}, WrapError(CodeBadRequest, err, "%v", err)
+	if err := checkKeys(keys); err != nil {
+		return Account{}, err
 	}
 	narrowOnly := p != nil && (p.ID != id || p.Method == AuthGrant)
 	if narrowOnly && !p.HasRole(RoleAdmin) {

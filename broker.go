@@ -48,6 +48,17 @@ const (
 	DefaultMaxStoredGroupsPerSubject = 10000
 )
 
+// Quotas of the access directory when Options leave them zero.
+const (
+	// DefaultMaxAccounts is Options.MaxAccounts when it is zero.
+	DefaultMaxAccounts = 1_000_000
+	// DefaultMaxRoles is Options.MaxRoles when it is zero.
+	DefaultMaxRoles = 100_000
+	// DefaultMaxGrantsPerAccount is Options.MaxGrantsPerAccount when it
+	// is zero.
+	DefaultMaxGrantsPerAccount = 1000
+)
+
 // DefaultNegotiateRate is Options.NegotiateRate when it is zero: 20
 // negotiations a second per principal, in bursts of up to 100.
 var DefaultNegotiateRate = RateLimitPolicy{PerSecond: 20, Burst: 100}
@@ -128,6 +139,24 @@ type Options struct {
 	// started at once may pass it by as many as start together (at most
 	// MaxGroupsPerSubject on a node). Pull cursors are not counted.
 	MaxStoredGroupsPerSubject int
+	// MaxAccounts, MaxRoles and MaxGrantsPerAccount are the quotas of the
+	// access directory, which every node keeps whole in memory and in its
+	// store: the accounts it holds (default DefaultMaxAccounts), the roles
+	// (default DefaultMaxRoles), and the live (unexpired, unrevoked)
+	// grants of one account (default DefaultMaxGrantsPerAccount);
+	// negative: no quota. CreateAccount, PutRole of a role not defined
+	// yet, and IssueGrant beyond one are refused INVALID_ARGUMENT before
+	// anything is written or audited; a change of what the directory
+	// holds goes on, and a deletion, a revocation or an expiry frees a
+	// place. A store that already holds more (written before the quota,
+	// or under a larger one) loads whole: only creations are refused
+	// while it does. Counted over this node's copy of the directory, which
+	// holds every node's changes once it has heard of them: creations on
+	// several nodes at once may pass a quota by as many as are made
+	// together.
+	MaxAccounts         int
+	MaxRoles            int
+	MaxGrantsPerAccount int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
 	// Burst below 1: PerSecond rounded up; NaN or infinite: New
@@ -334,6 +363,15 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.MaxStoredGroupsPerSubject == 0 {
 		o.MaxStoredGroupsPerSubject = DefaultMaxStoredGroupsPerSubject
 	}
+	if o.MaxAccounts == 0 {
+		o.MaxAccounts = DefaultMaxAccounts
+	}
+	if o.MaxRoles == 0 {
+		o.MaxRoles = DefaultMaxRoles
+	}
+	if o.MaxGrantsPerAccount == 0 {
+		o.MaxGrantsPerAccount = DefaultMaxGrantsPerAccount
+	}
 	for _, r := range []struct {
 		name string
 		rp   *RateLimitPolicy
@@ -419,6 +457,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	e.dir.refreshed = e.onAccessChanged
 	e.dir.shared = e.opts.Cluster != nil
+	e.dir.quota = directoryQuota{accounts: o.MaxAccounts, roles: o.MaxRoles, grants: o.MaxGrantsPerAccount}
 	if err := e.loadGrantKey(ctx); err != nil {
 		return nil, err
 	}

@@ -60,6 +60,13 @@ type directory struct {
 	roles    map[string]*Role
 	grants   map[string]*grantRecord
 	revoked  map[string]time.Time
+	// grantsOf indexes grants by account id: the jtis of the grants
+	// issued to each (putGrant, dropGrant), so that counting an account's
+	// live grants (grantQuota) reads its grants alone.
+	grantsOf map[string]map[string]struct{}
+	// quota caps what the directory holds (Options.MaxAccounts, MaxRoles,
+	// MaxGrantsPerAccount): see directoryQuota.
+	quota directoryQuota
 	// accountIndex and roleIndex keep the ids of accounts and the names of
 	// roles in order, for their pages (pageOf): a change that adds a key
 	// to one of the maps or removes one tells it (Changed); one that

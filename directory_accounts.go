@@ -97,10 +97,12 @@ func (d *directory) accountPage(after string, max int) (page []Account, more boo
 // createAccount adds account a (CONFLICT when its id exists, here or, in
 // a store that can swap, on another node that created it since this node
 // read the directory: see fresh; an account of the id this node holds
-// that another node deleted since is read again, and a is created), then
-// calls then. a.CreatedAt, when not after every account's the directory
-// has held, here or as the store keeps it (stampCreated), is moved a
-// nanosecond past the latest (see created).
+// that another node deleted since is read again, and a is created;
+// INVALID_ARGUMENT, with nothing written, when the directory holds as
+// many accounts as its quota: accountQuota), then calls then.
+// a.CreatedAt, when not after every account's the directory has held,
+// here or as the store keeps it (stampCreated), is moved a nanosecond
+// past the latest (see created).
 func (d *directory) createAccount(ctx context.Context, a *Account, then func()) error {
 	return d.fresh(ctx, func() error { return d.createAccountOnce(ctx, a, then) })
 }
@@ -119,13 +121,18 @@ func (d *directory) createAccountOnce(ctx context.Context, a *Account, then func
 	if !a.CreatedAt.After(d.created) {
 		a.CreatedAt = d.created.Add(time.Nanosecond)
 	}
-	if err := ValidateKeys(a.Keys); err != nil {
-		return WrapError(CodeBadRequest, err, "%v", err)
+	if err := checkKeys(a.Keys); err != nil {
+		return err
 	}
 	// Looked up before the keys are reserved: an account another node
 	// created since reserves none of them to its id.
 	f, err := d.find(ctx, bucketAccounts, a.ID, nil)
 	if err != nil {
+		return err
+	}
+	// Before anything is written (the latest CreatedAt, the keys'
+	// owners): a refusal leaves the store as it was.
+	if err := d.accountQuota(); err != nil {
 		return err
 	}
 	if err := d.stampCreated(ctx, a); err != nil {

@@ -18,7 +18,9 @@ import (
 // account holds now (NOT_FOUND when the account is gone since): a grant
 // carries only roles its account held when it was issued, so giving the
 // account a role later does not give it to the grants issued before. It
-// calls then under the lock once the grant is stored. The account's roles
+// calls then under the lock once the grant is stored. An account that
+// holds as many live grants as its quota (grantQuota) is INVALID_ARGUMENT,
+// and nothing is written. The account's roles
 // are those the store holds (see fresh): a node not yet told that another
 // took a role from the account issues no grant carrying it.
 //
@@ -53,6 +55,10 @@ func (d *directory) addGrantOnce(ctx context.Context, g *grantRecord, then func(
 	if _, err := d.find(ctx, bucketAccounts, a.ID, a); err != nil {
 		return err
 	}
+	// Counted at its issue, in whole seconds as its expiry is.
+	if err := d.grantQuota(a, g.IssuedAt); err != nil {
+		return err
+	}
 	g.Roles = intersect(g.Roles, a.Roles)
 	if g.Roles == nil {
 		g.Roles = []string{}
@@ -66,10 +72,43 @@ func (d *directory) addGrantOnce(ctx context.Context, g *grantRecord, then func(
 		}
 		return err
 	}
-	d.grants[g.JTI] = g
+	d.putGrant(g)
 	d.bump()
 	then()
 	return nil
+}
+
+// putGrant puts g in d.grants, and its jti among its account's grants
+// (grantsOf). A grant replaced by one of the same account (narrowed) is
+// put in d.grants alone. d.mu is held for writing (or d is not yet
+// shared, while it is read).
+func (d *directory) putGrant(g *grantRecord) {
+	d.grants[g.JTI] = g
+	if d.grantsOf == nil {
+		d.grantsOf = map[string]map[string]struct{}{}
+	}
+	jtis := d.grantsOf[g.Account]
+	if jtis == nil {
+		jtis = map[string]struct{}{}
+		d.grantsOf[g.Account] = jtis
+	}
+	jtis[g.JTI] = struct{}{}
+}
+
+// dropGrant deletes grant jti from d.grants and from its account's
+// grants (grantsOf). d.mu is held for writing.
+func (d *directory) dropGrant(jti string) {
+	g, ok := d.grants[jti]
+	if !ok {
+		return
+	}
+	delete(d.grants, jti)
+	if jtis := d.grantsOf[g.Account]; jtis != nil {
+		delete(jtis, jti)
+		if len(jtis) == 0 {
+			delete(d.grantsOf, g.Account)
+		}
+	}
 }
 
 // revokeGrant revokes grant jti and returns the account it was issued
@@ -124,7 +163,7 @@ func (d *directory) forgetGrant(ctx context.Context, jti string, keepRevoked boo
 	if err := d.write(ctx, bucketGrants, jti, none(d.grants[jti]), nil); err != nil {
 		return err
 	}
-	delete(d.grants, jti)
+	d.dropGrant(jti)
 	d.bump()
 	if exp, ok := d.revoked[jti]; ok && !keepRevoked {
 		if err := d.write(ctx, bucketRevoked, jti, exp, nil); err != nil {
@@ -349,7 +388,7 @@ func (d *directory) sweptGrant(jti string, next *grantRecord) {
 		return
 	}
 	if next == nil {
-		delete(d.grants, jti)
+		d.dropGrant(jti)
 	} else {
 		d.grants[jti] = next
 	}

@@ -51,6 +51,20 @@ func decodeKeyOwner(key string, v []byte) (string, error) {
 	return r.Account, nil
 }
 
+// checkKeys checks keys, the keys an account is to publish, with
+// ValidateKeys: more than MaxAccountKeys of them is INVALID_ARGUMENT, as
+// every other count bound of the directory, and a key ValidateKeys
+// refuses is BAD_REQUEST. The keys are counted before any is read.
+func checkKeys(keys []PublicKey) error {
+	if n := len(keys); n > MaxAccountKeys {
+		return NewError(CodeInvalidArgument, "an account publishes at most %d keys, not %d", MaxAccountKeys, n)
+	}
+	if err := ValidateKeys(keys); err != nil {
+		return WrapError(CodeBadRequest, err, "%v", err)
+	}
+	return nil
+}
+
 // claimKeys refuses (CONFLICT) to let account id publish keys that another
 // account publishes or published. A signature names no account: whoever
 // lists the public key it verifies with owns it. Were account B to list

@@ -41,10 +41,11 @@ import (
 //
 // It skips with a logged warning, as the write path would have refused
 // it, what can only grant: a role whose name is not a valid id; a role
-// permission with no subject, a subject that is not UTF-8 text without
-// control characters, no operations, more than MaxPermissionOperations of
-// them, an unknown operation, or a selector that does not parse (the role
-// loads without it), and a role's permissions past its first
+// permission with no subject, a subject longer than MaxEnvelopeField
+// bytes or that is not UTF-8 text without control characters, no
+// operations, more than MaxPermissionOperations of them, an unknown
+// operation, or a selector that does not parse (the role loads without
+// it), and a role's permissions past its first
 // MaxRolePermissions (the role loads with those first ones, checked as
 // above; the rest are not read, and one warning counts them); an
 // account's key that PublicKey.Validate refuses (a weak key would let
@@ -60,7 +61,10 @@ import (
 // kept whatever its key: it only refuses. An account holding more than
 // MaxPrincipalRoles roles loads (its roles may deny, so skipping it could
 // lift a deny); its principals are refused at authentication and its
-// contracts at their next check (checkAccountRoles).
+// contracts at their next check (checkAccountRoles). The directory's
+// quotas (directoryQuota) are not applied: a store that holds more
+// accounts, roles or live grants of an account than them loads whole, and
+// only the creation of one more is refused while it does.
 //
 // It also refuses (STORE_CORRUPT) a record of a key's owner
 // (bucketKeyOwners) that reserveKeys would not have written: see
@@ -83,6 +87,7 @@ func (d *directory) read(ctx context.Context, st store.Store, log *slog.Logger) 
 	d.st = st
 	d.accounts, d.roles, d.grants, d.revoked = map[string]*Account{}, map[string]*Role{}, map[string]*grantRecord{}, map[string]time.Time{}
 	d.keyOwner = map[string]string{}
+	d.grantsOf = map[string]map[string]struct{}{}
 	d.ver.Store(1)
 	load := func(bucket string, fn func(k string, v []byte) error) error {
 		kv, err := st.List(ctx, bucket)
@@ -127,7 +132,7 @@ func (d *directory) read(ctx context.Context, st store.Store, log *slog.Logger) 
 	if err := load(bucketGrants, func(k string, v []byte) error {
 		g, err := loadGrant(log, k, v)
 		if g != nil {
-			d.grants[g.JTI] = g
+			d.putGrant(g)
 		}
 		return err
 	}); err != nil {
@@ -184,13 +189,23 @@ func loadRole(log *slog.Logger, k string, v []byte) (*Role, error) {
 	for i, p := range perms {
 		if err := checkPermission(i, p); err != nil {
 			log.Warn("pigeon: a stored role permission breaks the checks of PutRole (a selector that does not parse, a subject or operation that is not one, more operations than there are); it grants nothing",
-				"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
+				"role", r.Name, "permission", i, "subject", cutSubject(p.Subject), "err", err)
 			continue
 		}
 		kept = append(kept, p)
 	}
 	r.Permissions = kept
 	return &r, nil
+}
+
+// cutSubject is subject as a warning names it: whole up to
+// MaxEnvelopeField bytes (the longest checkPermission takes), its first
+// MaxEnvelopeField bytes and "…" after them otherwise.
+func cutSubject(subject string) string {
+	if len(subject) <= MaxEnvelopeField {
+		return subject
+	}
+	return subject[:MaxEnvelopeField] + "…"
 }
 
 // loadGrant reads v, stored under k in bucketGrants, as load does: an
@@ -292,10 +307,16 @@ func storedKeys(log *slog.Logger, id string, keys []PublicKey) []PublicKey {
 
 // checkPermission checks permissions[i] of a role, for PutRole and for a
 // role read from the store. A subject name is one line of text: the role
-// is listed and shown as it is defined.
+// is listed and shown as it is defined. It is at most MaxEnvelopeField
+// bytes, the longest subject a message names (INVALID_ARGUMENT otherwise,
+// not quoted): every node keeps every role, and a longer subject is one
+// no message is ever published on.
 func checkPermission(i int, p Permission) error {
 	if p.Subject == "" {
 		return NewError(CodeBadRequest, "permissions[%d]: subject is required", i)
+	}
+	if n := len(p.Subject); n > MaxEnvelopeField {
+		return NewError(CodeInvalidArgument, "permissions[%d]: a subject is at most %d bytes, not %d", i, MaxEnvelopeField, n)
 	}
 	if !utf8.ValidString(p.Subject) || hasControl(p.Subject) {
 		return NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control or formatting characters", i, p.Subject)

@@ -194,9 +194,12 @@ func TestDirectoryPageByteBudget(t *testing.T) {
 		{
 			name: "roles",
 			create: func(id string, i int) {
-				perms := make([]pigeon.Permission, 64)
+				// Subjects of the longest a permission takes
+				// (MaxEnvelopeField bytes).
+				perms := make([]pigeon.Permission, 256)
 				for j := range perms {
-					perms[j] = pigeon.Permission{Subject: fmt.Sprintf("big.%02d.", j) + value(i, 1024), Operations: []pigeon.Operation{pigeon.OpReceive}}
+					name := fmt.Sprintf("big.%03d.", j)
+					perms[j] = pigeon.Permission{Subject: name + value(i, pigeon.MaxEnvelopeField-len(name)), Operations: []pigeon.Operation{pigeon.OpReceive}}
 				}
 				_, err := e.PutRole(ctx, pigeon.Role{Name: id, Permissions: perms})
 				require.NoError(t, err)

@@ -48,14 +48,28 @@ func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
 // again, then puts the role as asked. A put is a whole definition, given
 // by its caller, so the later put wins; a role deleted elsewhere is
 // defined again only by a put of it, never written back by a change of
-// something else.
+// something else. A role the directory does not hold, put when it holds
+// as many as its quota (roleQuota), is INVALID_ARGUMENT, and nothing is
+// written; a role it holds is redefined whatever their number.
 func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
 	return d.fresh(ctx, func() error { return d.putRoleOnce(ctx, r, then) })
 }
 
 func (d *directory) putRoleOnce(ctx context.Context, r *Role, then func()) error {
 	defer d.lockChange()()
-	if err := d.write(ctx, bucketRoles, r.Name, none(d.roles[r.Name]), r); err != nil {
+	cur := d.roles[r.Name]
+	f, err := d.find(ctx, bucketRoles, r.Name, none(cur))
+	if err != nil {
+		return err
+	}
+	// A role this node does not hold, which the store does not hold
+	// either (find), is a new one: held to the quota before it is written.
+	if cur == nil {
+		if err := d.roleQuota(); err != nil {
+			return err
+		}
+	}
+	if err := d.replace(ctx, f, r); err != nil {
 		return err
 	}
 	d.roles[r.Name] = r

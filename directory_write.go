@@ -247,6 +247,7 @@ func (d *directory) takeRead(fresh *directory) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
+	d.grantsOf = fresh.grantsOf
 	d.resetPages()
 	d.keyOwner = fresh.keyOwner
 	if fresh.created.After(d.created) {

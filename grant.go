@@ -96,6 +96,9 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 // since (RemoveAccountRole): the roles in effect at every later check are those
 // of the grant that the account still holds then, and a role the account
 // is given after the grant was issued, or given back, is not among them.
+// An account that holds Options.MaxGrantsPerAccount live grants (neither
+// expired nor revoked) gets no more: INVALID_ARGUMENT, with nothing
+// written or audited, until one is revoked or expires.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return GrantToken{}, err

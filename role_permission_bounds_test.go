@@ -187,7 +187,7 @@ func TestDirectoryWritesBoundEveryList(t *testing.T) {
 			held: createdHolds(func(a pigeon.Account) int { return len(a.Attributes) }),
 		},
 		{
-			name: "an account's keys (CreateAccount)", bound: pigeon.MaxAccountKeys, code: pigeon.CodeBadRequest,
+			name: "an account's keys (CreateAccount)", bound: pigeon.MaxAccountKeys, code: pigeon.CodeInvalidArgument,
 			setup: func(*testing.T, *pigeon.Engine) {},
 			write: func(e *pigeon.Engine, n int) error {
 				_, err := e.CreateAccount(ctx, pigeon.Account{ID: dave, Keys: signingKeysOf(n)})
@@ -196,7 +196,7 @@ func TestDirectoryWritesBoundEveryList(t *testing.T) {
 			held: createdHolds(func(a pigeon.Account) int { return len(a.Keys) }),
 		},
 		{
-			name: "an account's keys (PutAccountKeys)", bound: pigeon.MaxAccountKeys, code: pigeon.CodeBadRequest,
+			name: "an account's keys (PutAccountKeys)", bound: pigeon.MaxAccountKeys, code: pigeon.CodeInvalidArgument,
 			setup: func(t *testing.T, e *pigeon.Engine) {
 				_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol})
 				require.NoError(t, err)

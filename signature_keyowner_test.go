@@ -127,7 +127,7 @@ func TestCreateAccountValidatesKeys(t *testing.T) {
 	}{
 		{"malformed key", []pigeon.PublicKey{{KID: "k", Use: "sig", Alg: "ed25519", Key: "AAAA"}}, pigeon.CodeBadRequest},
 		{"wrong alg for use", []pigeon.PublicKey{{KID: "k", Use: "sig", Alg: "x25519", Key: taken.Key}}, pigeon.CodeBadRequest},
-		{"too many keys", many, pigeon.CodeBadRequest},
+		{"too many keys", many, pigeon.CodeInvalidArgument},
 		{"another account's key", []pigeon.PublicKey{taken}, pigeon.CodeConflict},
 	}
 	for _, tt := range tests {
