@@ -121,8 +121,9 @@ type group struct {
 //     another node's lease) lives in memory only. A lease that ran out
 //     with no holder is a redelivery due;
 //   - no redelivery due, nor free lease, of a sequence whose attempt the
-//     store has not recorded (g.attempts holds what it has: MarkAttempt
-//     comes before g counts an attempt, and uncount writes the count it
+//     store has not recorded (g.attempts counts a sequence the store
+//     has an attempt of: MarkAttempt comes before g counts an attempt,
+//     and uncount lowers a count the store keeps, or writes the one it
 //     gives back), which loading the group would not find due again;
 //   - no cluster lease held for a next attempt (unspent), and no
 //     exhaustion waiting for its done mark (exhausted): loaded again, the
@@ -149,6 +150,18 @@ func (g *group) idle(now time.Time) bool {
 		}
 	}
 	return len(g.exhausted) == 0
+}
+
+// held counts the leases of g its consumers hold (lease.held); g.mu must
+// be held.
+func (g *group) held() int {
+	n := 0
+	for _, l := range g.leases {
+		if l.held() {
+			n++
+		}
+	}
+	return n
 }
 
 // group returns the state of key, loaded from the store unless it is in

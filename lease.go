@@ -166,6 +166,13 @@ func (l *lease) heldBy(holder string, attempt int) bool {
 	return l != nil && l.holder == holder && (attempt == 0 || l.attempt == attempt)
 }
 
+// held reports whether a consumer of this node holds l: not freed (a
+// nack's or a failure's delay, a lease given back), settled, another
+// node's (a lease this node found taken keeps its deadline only), nor
+// lost to another node (its handler may still run, but the cluster has
+// the message leased elsewhere, and that node counts it).
+func (l *lease) held() bool { return l.holder != "" && !l.lost }
+
 // free ends the lease's holding: nobody holds it, and it falls due at
 // due (now: at once; later: a nack's or a failure's delay).
 func (l *lease) free(due time.Time) {
@@ -428,6 +435,10 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 	if n > s.maxAtt {
 		return nil, e.exhaust(ctx, g, s, sm, n)
 	}
+	// MarkAttempt only raises the store's count: in a cluster-shared
+	// group this write may land after this node's lease ran out and
+	// another node leased the message and recorded a later attempt, whose
+	// count then stands.
 	if err := e.store.MarkAttempt(ctx, g.key, sm.Seq, n); err != nil {
 		if shared {
 			e.unspent(ctx, g, sm.Seq, clusterLease{attempt: n, until: deadline}, now)

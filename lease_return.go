@@ -33,7 +33,10 @@ func (e *Engine) returns(g *group) bool {
 // g, and the group may leave memory (group.idle) without spending the
 // attempt. When the store refuses the write, the attempt stays spent, as
 // after a crash between the lease and the give-back: one attempt too
-// many, never one too few. g.mu must be held; now is the engine's clock.
+// many, never one too few; so it does, when g leaves memory before the
+// message is leased again, with a store that cannot lower a count (no
+// store.AttemptLowerer: lowerAttempt lowers g's alone). g.mu must be
+// held; now is the engine's clock.
 //
 // In a cluster-shared group the Leaser counts the attempts, as it leases
 // a message. With a LeaseReturner, uncount reports whether letGoShared is
@@ -63,24 +66,28 @@ func (e *Engine) uncount(ctx context.Context, g *group, seq uint64, l *lease, no
 }
 
 // lowerAttempt lowers the store's count of seq's attempts in g from n to
-// n-1, and reports whether it did: by compare-and-set where the store can
-// (store.AttemptLowerer), so that a write landing after another node
-// recorded a later attempt changes nothing. A store that cannot compare is
-// written with MarkAttempt on one node (nothing else writes the group's
-// attempts), and not at all in a cluster-shared group: a plain write
-// there could undo another node's count. A failure is logged; a refusal
-// (the store holds another attempt) is not a failure. g.mu must be held.
+// n-1, for uncount to lower g's, and reports whether g's may be lowered:
+// by compare-and-set (store.AttemptLowerer), so that a write landing
+// after another node recorded a later attempt changes nothing.
+//
+// A store that cannot compare cannot lower at all: MarkAttempt only
+// raises a count. In a cluster-shared group the attempt then stays spent.
+// On one node nothing else writes the group's attempts, and only g is
+// lowered: the store keeps n, which is the attempt the next lease of seq
+// here takes again (its MarkAttempt changes nothing), so the two agree
+// again once it is leased. Should g leave memory first (group.idle: the
+// store holds an attempt of seq, so seq is due again once loaded) or the
+// node stop, the count is loaded as the store keeps it: the attempt is
+// spent, one too many, never one too few.
+//
+// A failure is logged; a refusal (the store holds another attempt) is
+// not a failure. g.mu must be held.
 func (e *Engine) lowerAttempt(ctx context.Context, g *group, seq uint64, n int) bool {
-	var err error
 	lw, ok := e.store.(store.AttemptLowerer)
-	switch {
-	case ok:
-		err = lw.LowerAttempt(ctx, g.key, seq, n, n-1)
-	case e.shared(g):
-		return false
-	default:
-		err = e.store.MarkAttempt(ctx, g.key, seq, n-1)
+	if !ok {
+		return !e.shared(g)
 	}
+	err := lw.LowerAttempt(ctx, g.key, seq, n, n-1)
 	switch {
 	case errors.Is(err, store.ErrChanged):
 		e.opts.Logger.Info("pigeon: a delivery attempt was not given back: the store holds another attempt (another node leased the message since); it stays spent", "subject", g.key.Subject, "seq", seq, "attempt", n, "err", err)

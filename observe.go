@@ -334,7 +334,11 @@ type GroupStats struct {
 	// sequence at or below it is done) and are not done: trimmed messages
 	// are not lag.
 	Lag uint64 `json:"lag"`
-	// InFlight counts the leases held.
+	// InFlight counts the leases this node's consumers hold: messages
+	// handed over and neither settled nor freed. A message nacked (or
+	// failed) with a delay, given back, leased by another node, or whose
+	// lease was lost to another node while its handler ran is not in
+	// flight here.
 	InFlight int `json:"inFlight"`
 	// NotInCatalog marks a group of a subject the catalog no longer has
 	// (removed from the policy): nothing consumes it any more, and its
@@ -579,7 +583,7 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 			gs := GroupStats{Subject: sg.name, Group: name, NotInCatalog: removed}
 			if g := sg.mem[name]; g != nil {
 				g.mu.Lock()
-				gs.Lag, gs.InFlight = lagOf(&g.prog, first, last), len(g.leases)
+				gs.Lag, gs.InFlight = lagOf(&g.prog, first, last), g.held()
 				g.mu.Unlock()
 			} else {
 				p := sg.stored[name]

@@ -52,6 +52,11 @@ func (s *progressFailingStore) MarkDoneBatch(ctx context.Context, key store.Grou
 // so a failure can come after some were recorded.
 type oneAtATime struct{ store.Store }
 
+// LowerAttempt is the store's own: oneAtATime hides batch writes only.
+func (s oneAtATime) LowerAttempt(ctx context.Context, key store.GroupKey, seq uint64, from, to int) error {
+	return s.Store.(store.AttemptLowerer).LowerAttempt(ctx, key, seq, from, to)
+}
+
 func newProgressFailingStore(t *testing.T, failAt int64, err error) *progressFailingStore {
 	t.Helper()
 	st := &progressFailingStore{Store: memory.New(nil), failAt: failAt, err: err}

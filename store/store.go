@@ -260,16 +260,27 @@ func (g *GroupState) RaiseFloor(floor uint64) {
 	}
 }
 
-// MarkAttempt records that delivery attempt n of seq began. It is a no-op
-// for a sequence that is already done.
-func (g *GroupState) MarkAttempt(seq uint64, n int) {
-	if g.IsDone(seq) {
-		return
+// MarkAttempt records that delivery attempt n of seq began, and reports
+// whether g changed: the count only rises (ProgressLog.MarkAttempt), so
+// an n at or below the attempt recorded (0: none, so any n below 1 too)
+// is a no-op, as is any n for a sequence that is already done. Lowering
+// is LowerAttempt's.
+func (g *GroupState) MarkAttempt(seq uint64, n int) bool {
+	if !g.RaisesAttempt(seq, n) {
+		return false
 	}
 	if g.Attempts == nil {
 		g.Attempts = make(map[uint64]int)
 	}
 	g.Attempts[seq] = n
+	return true
+}
+
+// RaisesAttempt reports whether MarkAttempt(seq, n) would change g: seq
+// is not done and n is above the attempt recorded of it (0: none). It
+// changes nothing.
+func (g *GroupState) RaisesAttempt(seq uint64, n int) bool {
+	return n > g.Attempts[seq] && !g.IsDone(seq)
 }
 
 // LowerAttempt applies AttemptLowerer.LowerAttempt to g: attempt to of
@@ -280,7 +291,7 @@ func (g *GroupState) LowerAttempt(seq uint64, from, to int) error {
 	if err := g.AttemptIs(seq, from, to); err != nil {
 		return err
 	}
-	g.MarkAttempt(seq, to)
+	g.Attempts[seq] = to // from >= 1 is recorded: Attempts is not nil
 	return nil
 }
 
@@ -316,6 +327,17 @@ type ProgressLog interface {
 	// advance). Marking a done sequence again is a no-op.
 	MarkDone(ctx context.Context, key GroupKey, seq uint64) error
 	// MarkAttempt records that delivery attempt n of seq began (a lease).
+	// It only raises the count: the attempt recorded becomes the larger
+	// of the one recorded (0: none) and n, so a write of attempt n that
+	// lands after another writer (another broker sharing the store)
+	// recorded a later one leaves that one standing, rather than undo it
+	// and let the message be delivered more often than its attempts
+	// allow. The comparison and the write are one step against every
+	// other write of the group's progress, as LowerAttempt's are. One
+	// that raises nothing (n at or below the attempt recorded, below 1,
+	// or seq done) writes nothing (GroupPruner's write time). Lowering a
+	// count is AttemptLowerer's, by compare-and-set; a store without it
+	// cannot lower one.
 	MarkAttempt(ctx context.Context, key GroupKey, seq uint64, n int) error
 	// LoadGroup returns the group's state; a group never seen is zero.
 	LoadGroup(ctx context.Context, key GroupKey) (GroupState, error)
@@ -414,10 +436,10 @@ func CopyGroups[G any](gs map[string]G, max int, state func(G) *GroupState) map[
 // compare-and-set. A store that several brokers share implements it, so
 // that a broker that gives an attempt back (its delivery never reached a
 // consumer) does not undo a later attempt another broker recorded
-// meanwhile: written with MarkAttempt, which overwrites, a lowering that
-// lands after that broker's write leaves the count below the attempts
-// made, and a message may be delivered more often than its attempts
-// allow.
+// meanwhile. MarkAttempt only raises a count, so a store without
+// AttemptLowerer keeps every attempt recorded: the broker gives one back
+// in its own count alone (on one node, while the group stays in memory),
+// or leaves it spent.
 type AttemptLowerer interface {
 	// LowerAttempt records attempt to of seq if the attempt recorded is
 	// from, and otherwise stores nothing and returns an

@@ -77,7 +77,7 @@ func TestReturnGivesTheAttemptBack(t *testing.T) {
 				}
 				require.Equal(t, 1, acquire(t, a, seq, time.Now().Add(d)))
 				if tc.lowered {
-					require.NoError(t, sa.MarkAttempt(ctx, key, seq, 0))
+					require.NoError(t, sa.LowerAttempt(ctx, key, seq, 1, 0))
 				}
 				retryAt := time.Now()
 				require.NoError(t, a.Return(ctx, key, seq, 1, retryAt))
@@ -87,7 +87,7 @@ func TestReturnGivesTheAttemptBack(t *testing.T) {
 				if !tc.lowered {
 					return
 				}
-				require.NoError(t, sa.MarkAttempt(ctx, key, seq, 0))
+				require.NoError(t, sa.LowerAttempt(ctx, key, seq, 1, 0))
 				require.NoError(t, b.Return(ctx, key, seq, 1, time.Now()))
 				require.Equal(t, 1, acquire(t, a, seq, time.Now().Add(time.Minute)), "the next lease, back on the first node")
 			})

@@ -30,9 +30,17 @@ func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []ui
 	})
 }
 
-// MarkAttempt implements store.ProgressLog.
+// MarkAttempt implements store.ProgressLog in one compare-and-set of the
+// group's entry at the revision read, as MarkDone: the entry is written
+// with the larger of the attempt it records and n, so a write that lands
+// after another node recorded a later attempt (at a newer revision: the
+// compare-and-set fails, and the write reads the entry again) leaves
+// that one. One that raises nothing writes nothing, as the bucket's
+// leader tells, as LowerAttempt's refusal: a replica behind may still
+// hold a count the leader has lowered since (LowerAttempt), or an entry
+// it no longer has (pruned).
 func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
-	return s.updateGroup(ctx, key, func(g *store.GroupState) { g.MarkAttempt(seq, n) })
+	return s.updateGroupChecked(ctx, key, true, func(g *store.GroupState) bool { return g.MarkAttempt(seq, n) })
 }
 
 // LowerAttempt implements store.AttemptLowerer: a compare-and-set of the
@@ -151,6 +159,13 @@ func (s *Store) updateGroup(ctx context.Context, key store.GroupKey, fn func(*st
 // it reads it again from the bucket's leader, pausing longer each time
 // (casRetry); one that ctx ends meanwhile fails with a *ContendedError.
 func (s *Store) updateGroupIf(ctx context.Context, key store.GroupKey, fn func(*store.GroupState) bool) error {
+	return s.updateGroupChecked(ctx, key, false, fn)
+}
+
+// updateGroupChecked is updateGroupIf; with leaderNoop, fn's report that
+// it changed nothing is taken only from the state the bucket's leader
+// holds (a replica behind may hold what the leader has changed since).
+func (s *Store) updateGroupChecked(ctx context.Context, key store.GroupKey, leaderNoop bool, fn func(*store.GroupState) bool) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
@@ -161,7 +176,7 @@ func (s *Store) updateGroupIf(ctx context.Context, key store.GroupKey, fn func(*
 			return false, err
 		}
 		if !fn(&g) {
-			return true, nil
+			return leader || !leaderNoop, nil
 		}
 		val, err := json.Marshal(&g)
 		if err != nil {

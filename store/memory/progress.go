@@ -34,18 +34,22 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 	return nil
 }
 
-// MarkAttempt records that delivery attempt n of seq began. It is a no-op
-// (writing nothing, as MarkDone) for a sequence that is already done or
-// whose attempt n is recorded.
+// MarkAttempt records that delivery attempt n of seq began, raising the
+// count only (store.ProgressLog.MarkAttempt): under the lock every
+// progress write takes, the attempt recorded becomes the larger of it
+// and n. It is a no-op (writing nothing, as MarkDone) for a sequence
+// that is already done or whose attempt n or a later one is recorded.
 func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
 	if err := s.lockProgress(ctx); err != nil {
 		return err
 	}
 	defer s.progMu.Unlock()
+	var cur store.GroupState
 	if g := s.groups[key.Subject][key.Group]; g != nil {
-		if a, ok := g.state.Attempts[seq]; g.state.IsDone(seq) || ok && a == n {
-			return nil // a no-op writes nothing, as in store/wal
-		}
+		cur = g.state
+	}
+	if !cur.RaisesAttempt(seq, n) {
+		return nil // a no-op writes nothing, as in store/wal
 	}
 	s.write(key).MarkAttempt(seq, n)
 	return nil
@@ -66,8 +70,7 @@ func (s *Store) LowerAttempt(ctx context.Context, key store.GroupKey, seq uint64
 	if err := cur.AttemptIs(seq, from, to); err != nil {
 		return err
 	}
-	s.write(key).MarkAttempt(seq, to)
-	return nil
+	return s.write(key).LowerAttempt(seq, from, to)
 }
 
 var _ store.AttemptLowerer = (*Store)(nil)

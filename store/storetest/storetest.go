@@ -41,8 +41,12 @@
 //   - TrimAuditBefore leaves AuditHead's checkpoint on the last removed
 //     record, also when it removes every record; TrimQuarantineBefore goes
 //     by each record's Time, a released record included.
-//   - MarkAttempt on a done sequence is a no-op; MarkDone forgets the
-//     attempts of the sequence it marks.
+//   - MarkAttempt only raises: it records the larger of the attempt
+//     recorded (0: none) and the one written, so one at or below it
+//     (below 1 too) or of a done sequence is a no-op and writes nothing
+//     (it does not count as a write for PruneGroups); of writes racing,
+//     the largest attempt stands. MarkDone forgets the attempts of the
+//     sequence it marks.
 //   - LowerAttempt (store.AttemptLowerer) lowers only from the attempt
 //     recorded: another one, none (for a group never seen too) or a done
 //     sequence is an *AttemptChangedError and writes nothing; one that
@@ -126,6 +130,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("KV", su.testKV)
 	t.Run("Swap", su.testSwap)
 	t.Run("LowerAttempt", su.testLowerAttempt)
+	t.Run("MarkAttemptRaises", su.testMarkAttemptRaises)
 	t.Run("Close", su.testClose)
 	t.Run("CanceledContext", su.testCanceled)
 	t.Run("Reopen", su.testReopen)

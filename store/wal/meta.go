@@ -66,6 +66,14 @@ func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 			m.write(key, index, at).MarkDone(seq)
 		}
 	case kindAttempt:
+		// Raises the attempt only (store.GroupState.MarkAttempt), as it
+		// commits and as it is replayed: a record of attempt n applied
+		// after one of a later attempt leaves the later one. The group
+		// counts as written all the same, so that a replay deletes no
+		// group (kindGroupsPruned) the commit kept. A log written before
+		// MarkAttempt only raised may hold records that lowered a count
+		// (a delivery given back): replayed, they leave the count as it
+		// was, the attempt spent, never one too few.
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
 		n := d.varint()
@@ -84,7 +92,7 @@ func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 		from, to := d.varint(), d.varint()
 		at := m.stamp(d)
 		if d.err == nil && m.attemptIs(key, seq, from, to) == nil {
-			m.write(key, index, at).MarkAttempt(seq, int(to))
+			_ = m.write(key, index, at).LowerAttempt(seq, int(from), int(to)) // attemptIs: made
 			res = 1
 		}
 	case kindFloor:

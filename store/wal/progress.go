@@ -64,31 +64,41 @@ func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []ui
 var _ store.BatchProgress = (*Store)(nil)
 
 // MarkAttempt implements store.ProgressLog. An attempt recorded before a
-// crash stays recorded; the broker treats its lease as expired.
+// crash stays recorded; the broker treats its lease as expired. It only
+// raises the count: the record is applied, as it commits and on replay,
+// under the lock every meta record is applied under, as the larger of
+// the attempt recorded and n (metaLog.apply), so a record that commits
+// after one of a later attempt leaves that one. One that would raise
+// nothing when it is called writes nothing.
 func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.leave()
 	s.meta.mu.RLock()
-	g := s.meta.get(key)
-	noop := false
-	if g != nil {
-		a, ok := g.Attempts[seq]
-		noop = g.IsDone(seq) || ok && a == n
+	var cur store.GroupState
+	if g := s.meta.get(key); g != nil {
+		cur = g.GroupState
 	}
+	noop := !cur.RaisesAttempt(seq, n)
 	s.meta.mu.RUnlock()
 	if noop {
 		return nil
 	}
+	_, err := s.metaWrite(encAttempt(key, seq, n, stampOf(s.opts.Now())))
+	return err
+}
+
+// encAttempt encodes MarkAttempt of attempt n of seq, written at ms
+// (stampOf).
+func encAttempt(key store.GroupKey, seq uint64, n int, ms int64) []byte {
 	e := newEnc(kindAttempt, len(key.Subject)+len(key.Group)+32)
 	e.str(key.Subject)
 	e.str(key.Group)
 	e.uvarint(seq)
 	e.varint(int64(n))
-	e.varint(stampOf(s.opts.Now()))
-	_, err := s.metaWrite(e.finish())
-	return err
+	e.varint(ms)
+	return e.finish()
 }
 
 // LowerAttempt implements store.AttemptLowerer with one record (kind
