@@ -61,8 +61,12 @@ type directory struct {
 	grants   map[string]*grantRecord
 	revoked  map[string]time.Time
 	// grantsOf indexes grants by account id: the jtis of the grants
-	// issued to each (putGrant, dropGrant), so that counting an account's
-	// live grants (grantQuota) reads its grants alone.
+	// issued to each (putGrant, dropGrant; read builds it, and takeRead
+	// puts it in place with the grants), so that counting an account's
+	// live grants (grantQuota), deleting an account and taking a role
+	// from one (grantsOfAccount) read its grants alone. Every grant of
+	// d.grants is in it under its account, and nothing else: a grant
+	// replaced in d.grants is replaced by one of the same account.
 	grantsOf map[string]map[string]struct{}
 	// quota caps what the directory holds (Options.MaxAccounts, MaxRoles,
 	// MaxGrantsPerAccount): see directoryQuota.

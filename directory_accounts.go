@@ -253,8 +253,9 @@ func (d *directory) removeAccountRoleOnce(ctx context.Context, id, role string, 
 	if err != nil {
 		return Account{}, err
 	}
-	for jti, g := range d.grants {
-		if g.Account != id || !slices.Contains(g.Roles, role) {
+	for _, jti := range d.grantsOfAccount(id) {
+		g := d.grants[jti]
+		if g == nil || !slices.Contains(g.Roles, role) {
 			continue
 		}
 		ng := *g
@@ -315,10 +316,7 @@ func (d *directory) deleteAccountOnce(ctx context.Context, id string, then func(
 	if err != nil {
 		return nil, err
 	}
-	for jti, g := range d.grants {
-		if g.Account != id {
-			continue
-		}
+	for _, jti := range d.grantsOfAccount(id) {
 		if err := d.forgetGrant(ctx, jti, true); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -93,6 +94,16 @@ func (d *directory) putGrant(g *grantRecord) {
 		d.grantsOf[g.Account] = jtis
 	}
 	jtis[g.JTI] = struct{}{}
+}
+
+// grantsOfAccount returns the jtis of the grants issued to account id (to
+// it, or to an earlier account of its id), in order, from the index
+// (grantsOf): a change of one account (deleteAccountOnce,
+// removeAccountRoleOnce) goes through its own grants, however many the
+// directory holds. The order is the jtis', so that a store failing half
+// way leaves the same grants changed whichever run it was. d.mu is held.
+func (d *directory) grantsOfAccount(id string) []string {
+	return slices.Sorted(maps.Keys(d.grantsOf[id]))
 }
 
 // dropGrant deletes grant jti from d.grants and from its account's

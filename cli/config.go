@@ -47,6 +47,9 @@ type fileConfig struct {
 	MaxSubs         int           `yaml:"max_subscriptions"`
 	MaxGroups       int           `yaml:"max_groups"`
 	MaxStoredGroups int           `yaml:"max_stored_groups"`
+	MaxAccounts     int           `yaml:"max_accounts"`
+	MaxRoles        int           `yaml:"max_roles"`
+	MaxGrants       int           `yaml:"max_grants_per_account"`
 	MaxConns        int           `yaml:"max_connections"`
 	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
 	IPv6SitePrefix  *int          `yaml:"ipv6_site_prefix"`
@@ -244,6 +247,15 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxStoredGroups != 0 {
 		cfg.maxStoredGroups = f.MaxStoredGroups
+	}
+	if f.MaxAccounts != 0 {
+		cfg.maxAccounts = f.MaxAccounts
+	}
+	if f.MaxRoles != 0 {
+		cfg.maxRoles = f.MaxRoles
+	}
+	if f.MaxGrants != 0 {
+		cfg.maxGrants = f.MaxGrants
 	}
 	if f.MaxConns != 0 {
 		cfg.maxConns = f.MaxConns

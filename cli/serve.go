@@ -51,6 +51,10 @@ type serveConfig struct {
 	// maxStoredGroups is pigeon.Options.MaxStoredGroupsPerSubject (0: its
 	// default; negative: no cap).
 	maxStoredGroups int
+	// maxAccounts, maxRoles and maxGrants are pigeon.Options.MaxAccounts,
+	// MaxRoles and MaxGrantsPerAccount, the directory's quotas (0: their
+	// defaults; negative: no quota).
+	maxAccounts, maxRoles, maxGrants int
 	// maxConns and maxConnsPerIP are server.Options.MaxConnections (0:
 	// its default; negative: no cap) and MaxConnectionsPerIP (0: no cap).
 	maxConns, maxConnsPerIP int
@@ -182,7 +186,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.tokens, "tokens", cfg.tokens, "bearer tokens file, YAML or JSON (required with --policies)")
 	fs.StringVar(&cfg.region, "region", cfg.region, "default region of a request or connection that names none")
 	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
-	fs.BoolVar(&cfg.noPreallocate, "no-preallocate", cfg.noPreallocate, "do not preallocate the write-ahead log's segments ahead of their writes (on Linux they are, so that an fsync need not commit a new file size; docs/storage.md)")
+	fs.BoolVar(&cfg.noPreallocate, "no-preallocate", cfg.noPreallocate, "do not preallocate the write-ahead log's segments ahead of their writes (on Linux they are, with written zeros, so that a sync need not write a new file size or block map; docs/storage.md)")
 	fs.StringVar(&cfg.store, "store", cfg.store, "wal (the default: --data's write-ahead log) or nats://host:4222[,…] to run a node of a NATS JetStream cluster (docs/cluster.md)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
@@ -199,6 +203,9 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Int64Var(&cfg.maxReadShareMB, "max-read-memory-per-principal", cfg.maxReadShareMB, "MiB of --max-read-memory the reads of one principal may hold at once (default a quarter of it, at least one read's reservation; negative: no share; docs/security.md)")
 	fs.IntVar(&cfg.maxGroups, "max-groups", cfg.maxGroups, "consumer groups one work-queue subject may have (default 1000; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxStoredGroups, "max-stored-groups", cfg.maxStoredGroups, "consumer groups whose progress the store keeps for one work-queue subject (default 10000; negative: no cap; docs/security.md)")
+	fs.IntVar(&cfg.maxAccounts, "max-accounts", cfg.maxAccounts, "accounts the access directory may hold: creating one more is refused (default 1000000; negative: no quota; docs/http.md)")
+	fs.IntVar(&cfg.maxRoles, "max-roles", cfg.maxRoles, "roles the access directory may hold: defining one more is refused (default 100000; negative: no quota; docs/http.md)")
+	fs.IntVar(&cfg.maxGrants, "max-grants-per-account", cfg.maxGrants, "live (unexpired, unrevoked) grants one account may hold: issuing one more is refused (default 1000; negative: no quota; docs/http.md)")
 	fs.Float64Var(&cfg.wsPublishRate, "ws-publish-rate", cfg.wsPublishRate, "messages a second one WebSocket connection may publish, in bursts of a tenth of it (default 1000000; negative: no limit; docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
 	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
@@ -403,7 +410,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	st := opened.Store
 	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Cluster: opened.Cluster, Authenticator: edge.auth, Catalog: catalog,
 		Region: cfg.region, Logger: logger, Observer: obs.observer(), MaxSubscriptionsPerPrincipal: cfg.maxSubs,
-		MaxGroupsPerSubject: cfg.maxGroups, MaxStoredGroupsPerSubject: cfg.maxStoredGroups, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow,
+		MaxGroupsPerSubject: cfg.maxGroups, MaxStoredGroupsPerSubject: cfg.maxStoredGroups,
+		MaxAccounts: cfg.maxAccounts, MaxRoles: cfg.maxRoles, MaxGrantsPerAccount: cfg.maxGrants, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow,
 		AuthFailureSite: cfg.site})
 	if err != nil {
 		if st != nil {
