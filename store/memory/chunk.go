@@ -38,6 +38,8 @@ type subjectLog struct {
 	// arena of the last chunk that filled up, plus an eighth; 0 until a
 	// chunk has filled, so that a quiet subject stays small.
 	arena int
+	// spare is the next chunk, made ready beside the appends (spare.go).
+	spare spareState
 }
 
 // chunk holds up to chunkLen messages: a fixed header each, and the bytes of
@@ -99,8 +101,8 @@ func (sl *subjectLog) get(seq uint64) (*chunk, int, bool) {
 }
 
 // push copies m in as the message after last(); m.Subject and m.Seq are not
-// kept.
-func (sl *subjectLog) push(m *store.Message) {
+// kept. A new chunk is the prepared spare when one is ready (spare.go).
+func (sl *subjectLog) push(m *store.Message, sp *spares) {
 	last := len(sl.chunks) - 1
 	if last < 0 || len(sl.chunks[last].hdrs) == chunkLen {
 		var c chunk
@@ -108,7 +110,14 @@ func (sl *subjectLog) push(m *store.Message) {
 		if last >= 0 {
 			full = len(sl.chunks[last].data)
 		}
-		c.hdrs, c.data = newChunk[msgHeader](chunkLen, full, &sl.arena)
+		if full >= 0 {
+			sl.arena = full + full/8
+		}
+		if s, ok := sl.takeSpare(sp, sl.arena); ok {
+			c = s
+		} else {
+			c.hdrs, c.data = newChunk[msgHeader](chunkLen, full, &sl.arena)
+		}
 		sl.chunks = append(sl.chunks, c)
 		last++
 	}
@@ -125,6 +134,7 @@ func (sl *subjectLog) push(m *store.Message) {
 		expiry: stampOf(m.IdemExpires),
 	})
 	sl.n++
+	sl.maybePrepare(sp)
 }
 
 // start is the offset in data of message j's bytes.

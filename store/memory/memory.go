@@ -15,6 +15,13 @@
 // the way out. The bytes of a trimmed message stay until its whole chunk
 // goes.
 //
+// A chunk's arena is fresh memory, and the first write to each of its
+// pages is a page fault. Once a log's chunk has filled, the chunk after
+// the last one is made on a short-lived goroutine of its own while the
+// last one fills, and the pages it is expected to fill touched there, so
+// that Append copies into memory that is already mapped; the spares a store holds at once are
+// bounded, and Close waits for the one being made.
+//
 // Message ids and idempotency keys are indexed by a 64-bit hash of the
 // string (hash/maphash, seeded per store) that maps to the number of a
 // subject log and a sequence in it. Every hit is checked against the bytes
@@ -153,6 +160,7 @@ func New(opts *Options) *Store {
 func (s *Store) Close(ctx context.Context) error {
 	if !s.closed.Swap(true) {
 		s.release()
+		s.msgs.spares.running.Wait() // a chunk being prepared (spare.go) is dropped once made
 	}
 	return ctx.Err()
 }

@@ -23,6 +23,8 @@ type messageLog struct {
 	// hash is set by New and never changed (tests narrow its mask before
 	// the first Append), so it is used without the lock.
 	hash hasher
+	// spares are the chunks the logs prepare beside the appends.
+	spares spares
 }
 
 func (l *messageLog) init(grace time.Duration) {
@@ -125,7 +127,7 @@ func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRec
 	}
 	sl := l.subject(m.Subject)
 	m.Seq = sl.last() + 1
-	sl.push(&m)
+	sl.push(&m, &l.spares)
 	loc := msgLoc{log: sl.num, seq: m.Seq}
 	if m.ID != "" {
 		l.ids.put(idHash, m.ID, loc, l.holdsID)

@@ -1,0 +1,93 @@
+package memory
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/store"
+)
+
+// appendN appends n messages of body to subject a of s, ids from "m"+from.
+func appendN(t *testing.T, s *Store, from, n int, body []byte) {
+	t.Helper()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := from; i < from+n; i++ {
+		_, _, err := s.Append(t.Context(), store.Message{Subject: "a", ID: "m" + strconv.Itoa(i), Time: t0, Body: body})
+		require.NoError(t, err)
+	}
+}
+
+// TestNextChunkIsPreparedAhead: once a log's chunk has filled, the chunk
+// after the last one is made (and its pages touched) on a goroutine of its
+// own while the last one fills, and the append that begins it takes that
+// one rather than making its own; the spares' bytes are given back.
+func TestNextChunkIsPreparedAhead(t *testing.T) {
+	s := New(nil)
+	body := make([]byte, 100)
+	appendN(t, s, 0, chunkLen+spareAt-1, body)
+	sl := s.msgs.subjects["a"]
+	require.False(t, sl.spare.preparing, "the first chunk's arena size is not known until it fills: nothing is prepared for the second")
+	appendN(t, s, chunkLen+spareAt-1, 1, body)
+	require.True(t, sl.spare.preparing)
+	require.Eventually(t, func() bool { return sl.spare.ready.Load() != nil }, 10*time.Second, time.Millisecond)
+	spare := sl.spare.ready.Load()
+	require.GreaterOrEqual(t, cap(spare.data), sl.arena, "the spare is sized as the next chunk will want it, at least")
+	require.Equal(t, chunkLen, cap(spare.hdrs))
+	require.Equal(t, int64(cap(spare.data)), s.msgs.spares.bytes.Load())
+
+	appendN(t, s, chunkLen+spareAt, chunkLen-spareAt+1, body)
+	require.Len(t, sl.chunks, 3)
+	third := sl.chunks[2]
+	require.Same(t, &spare.data[:1][0], &third.data[0], "the third chunk is the spare")
+	require.Len(t, third.hdrs, 1)
+	require.Nil(t, sl.spare.ready.Load())
+	require.False(t, sl.spare.preparing)
+	require.Zero(t, s.msgs.spares.bytes.Load())
+
+	got, err := s.Read(t.Context(), "a", 2*chunkLen, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "the last message of the second chunk and the first of the third")
+	require.Equal(t, "m"+strconv.Itoa(2*chunkLen), got[1].ID)
+	require.Equal(t, body, got[1].Body)
+}
+
+// TestSpareBounds: a spare smaller than the next chunk wants is dropped
+// (and its bytes given back); no spare is prepared past maxSpareBytes;
+// Close waits for a chunk being prepared.
+func TestSpareBounds(t *testing.T) {
+	t.Run("too small", func(t *testing.T) {
+		s := New(nil)
+		appendN(t, s, 0, chunkLen+spareAt, make([]byte, 10))
+		sl := s.msgs.subjects["a"]
+		require.Eventually(t, func() bool { return sl.spare.ready.Load() != nil }, 10*time.Second, time.Millisecond)
+		// The rest of the chunk is far larger than its start: the next
+		// chunk wants more than the spare holds.
+		appendN(t, s, chunkLen+spareAt, chunkLen-spareAt, make([]byte, 1000))
+		appendN(t, s, 2*chunkLen, 1, nil)
+		third := sl.chunks[2]
+		require.Equal(t, sl.arena, cap(third.data), "made to the size wanted, not the spare")
+		require.Zero(t, s.msgs.spares.bytes.Load())
+	})
+	t.Run("store bound", func(t *testing.T) {
+		s := New(nil)
+		s.msgs.spares.bytes.Store(maxSpareBytes) // the store's spares are at their bound
+		appendN(t, s, 0, chunkLen+spareAt, make([]byte, 10))
+		sl := s.msgs.subjects["a"]
+		require.False(t, sl.spare.preparing)
+		require.Nil(t, sl.spare.ready.Load())
+		require.Equal(t, int64(maxSpareBytes), s.msgs.spares.bytes.Load())
+	})
+	t.Run("close", func(t *testing.T) {
+		s := New(nil)
+		appendN(t, s, 0, chunkLen+spareAt, make([]byte, 10))
+		// Close waits for the goroutine preparing the next chunk, which
+		// needs no lock Close holds.
+		require.NoError(t, s.Close(context.Background()))
+		_, _, err := s.Append(t.Context(), store.Message{Subject: "a", ID: "after"})
+		require.ErrorIs(t, err, store.ErrClosed)
+	})
+}
