@@ -175,6 +175,28 @@ func (cc *clientConn) write(b []byte) error {
 	return err
 }
 
+// writeAlone writes b, a frame that goes out on its own, in one system
+// call (see corkLarge).
+func (cc *clientConn) writeAlone(b []byte) error {
+	if len(b) <= corkLarge || cc.cork == nil {
+		return cc.write(b)
+	}
+	corkOn(cc.cork)
+	err := cc.write(b)
+	if e := cc.uncork(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// uncork writes what the cork collected, as the stall watch sees.
+func (cc *clientConn) uncork() error {
+	cc.writing.Add(1)
+	err := corkOff(cc.cork)
+	cc.writing.Add(1)
+	return err
+}
+
 // watchWrites ends the connection when a write has made no progress for
 // about d (between d and 2d), until the connection ends.
 func (cc *clientConn) watchWrites(d time.Duration) {
@@ -370,19 +392,20 @@ func (cc *clientConn) writeLoop() {
 			if b == nil {
 				break
 			}
-			if n == 1 {
-				corkOn(cc.cork)
+			if n == 0 {
+				err = cc.writeAlone(b) // out at once
+			} else {
+				if n == 1 {
+					corkOn(cc.cork)
+				}
+				err = cc.write(b)
 			}
-			err = cc.write(b)
 			if fromOut {
 				cc.queued.Add(-1)
 			}
 			b = nil
 		}
-		cc.writing.Add(1)
-		e := corkOff(cc.cork)
-		cc.writing.Add(1)
-		if err == nil {
+		if e := cc.uncork(); err == nil {
 			err = e
 		}
 		cc.wmu.Unlock()
@@ -480,7 +503,7 @@ func (cc *clientConn) failed() error {
 func (cc *clientConn) send(ctx context.Context, b []byte) error {
 	if cc.wmu.TryLock() {
 		if cc.queued.Load() == 0 {
-			err := cc.write(b)
+			err := cc.writeAlone(b)
 			cc.wmu.Unlock()
 			if err != nil {
 				cc.fail(err)

@@ -63,9 +63,10 @@ type clientSub struct {
 	mu       sync.Mutex
 	cond     sync.Cond // on mu: the queue changed, or stopping
 	queue    []queuedDelivery
-	queuedN  int    // the size of the data queue holds
-	dropped  uint64 // at-most-once deliveries dropped with the queue full
-	overflow uint64 // deliveries left unanswered beyond the window
+	qbuf     []queuedDelivery // the array queue lives in, whole (see enqueue)
+	queuedN  int              // the size of the data queue holds
+	dropped  uint64           // at-most-once deliveries dropped with the queue full
+	overflow uint64           // deliveries left unanswered beyond the window
 	sid      string
 	sidConn  *clientConn // the connection sid is of; written with s.mu and mu held
 	stopping bool
@@ -79,6 +80,7 @@ type clientSub struct {
 
 	ackMu   sync.Mutex
 	acks    []pendingAck
+	spare   []pendingAck // the buffer of the acks last sent, empty, for acks to gather in next
 	ackKick chan struct{}
 	sendMu  sync.Mutex // held while ack frames are sent and answered
 }
@@ -597,7 +599,7 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 	cs.running.Add(1)
 	// Read before a worker may hand m to a handler, which may edit it.
 	seq := resumable(m.Sequence)
-	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt, d: d})
+	cs.enqueue(queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt, d: d})
 	cs.queuedN += len(m.Data)
 	if !cs.o.AtMostOnce && seq > 0 {
 		cs.outstand(seq)
@@ -709,6 +711,23 @@ func (cs *clientSub) next() int {
 		}
 	}
 	return -1
+}
+
+// enqueue appends q to the queue; cs.mu must be held. Workers take the
+// queue from its front, so it creeps along its array: once it reaches
+// the end with the front half free, it moves back to the start rather
+// than have append grow a new array.
+func (cs *clientSub) enqueue(q queuedDelivery) {
+	if len(cs.queue) == cap(cs.queue) && len(cs.queue) <= len(cs.qbuf)/2 {
+		n := copy(cs.qbuf, cs.queue)
+		clear(cs.qbuf[n:])
+		cs.queue = cs.qbuf[:n]
+	}
+	grow := len(cs.queue) == cap(cs.queue)
+	cs.queue = append(cs.queue, q)
+	if grow {
+		cs.qbuf = cs.queue[:cap(cs.queue)]
+	}
 }
 
 // take removes the queued delivery at i and returns it; cs.mu must be
@@ -903,11 +922,13 @@ func (cs *clientSub) flushAcks(bound time.Duration) {
 	for {
 		cs.ackMu.Lock()
 		acks := cs.acks
-		cs.acks = nil
-		cs.ackMu.Unlock()
 		if len(acks) == 0 {
+			cs.ackMu.Unlock()
 			return
 		}
+		cs.acks, cs.spare = cs.spare, nil
+		cs.ackMu.Unlock()
+		sent := acks
 		for len(acks) > 0 {
 			n, size, limit := 1, ackCost(acks[0].id), acks[0].cc.pq.frameBytes()
 			for n < len(acks) && acks[n].cc == acks[0].cc && acks[n].sid == acks[0].sid {
@@ -919,6 +940,10 @@ func (cs *clientSub) flushAcks(bound time.Duration) {
 			cs.sendAcks(bound, acks[:n])
 			acks = acks[n:]
 		}
+		clear(sent)
+		cs.ackMu.Lock()
+		cs.spare = sent[:0]
+		cs.ackMu.Unlock()
 	}
 }
 

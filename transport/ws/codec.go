@@ -63,35 +63,24 @@ type walker struct {
 // encoders write them; a member is known by its index (at most 32).
 type names []string
 
-// index returns the index of name in ns, looking from from on (the member
-// after the last one is the likely next), or -1.
-func (ns names) index(name []byte, from int) int {
+// at returns the index in ns of the name that starts at b[i] (its
+// opening quote) and the index just past the name, or -1 when it is none
+// of them byte for byte. The member after the last one is the likely
+// next: it is tried first, then those after it, as the encoders leave
+// members out but never reorder them. A known name holds no quote and no
+// backslash, and ends in neither: the string at b[i] is one when its
+// bytes follow the quote and a quote follows them.
+func (ns names) at(b []byte, i, from int) (int, int) {
 	for n := range len(ns) {
 		k := from + n
 		if k >= len(ns) {
 			k -= len(ns)
 		}
-		if ns[k] == string(name) {
-			return k
+		if e := i + 1 + len(ns[k]); e < len(b) && b[e] == '"' && string(b[i+1:e]) == ns[k] {
+			return k, e + 1
 		}
 	}
-	return -1
-}
-
-// at returns the index in ns of the name that starts at b[i] (its
-// opening quote) and the index just past the name, or -1. The member
-// after the last one is the likely next: it is tried first.
-func (ns names) at(b []byte, i, from int) (int, int) {
-	if from < len(ns) {
-		if e := i + 1 + len(ns[from]); e < len(b) && b[e] == '"' && string(b[i+1:e]) == ns[from] {
-			return from, e + 1
-		}
-	}
-	ne := jsontext.SkipString(b, i)
-	if ne < i+2 {
-		return -1, -1
-	}
-	return ns.index(b[i+1:ne-1], from), ne
+	return -1, -1
 }
 
 // object walks the object at b[i] (after white space): fn gets the index
@@ -450,7 +439,10 @@ func (w *walker) answers() *walker {
 // judges a copy of each and keeps none of them (only the bytes
 // messageInto copies out for each message alone).
 func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok bool) {
-	raw, decoded = []json.RawMessage{}, []*pigeon.Message{}
+	// Room for about as many messages as the text holds of a typical
+	// size.
+	n := min(1+len(w.b)/batchMessageLen, MaxPublishBatch)
+	raw, decoded = make([]json.RawMessage, 0, n), make([]*pigeon.Message, 0, n)
 	var chunk []pigeon.Message
 	end := w.array(0, func(j int) int {
 		if w.b[j] == '{' {
@@ -479,6 +471,10 @@ func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok b
 
 // batchChunk is how many messages of a batch batch allocates at once.
 const batchChunk = 16
+
+// batchMessageLen is about the length of a published message, for the
+// room batch makes.
+const batchMessageLen = 512
 
 // strings decodes the array of strings at b[i] (an ack's message ids).
 // When none holds an escape, as the ids the server writes never do, they

@@ -79,7 +79,8 @@ func (w *walker) deliveries(i int) ([]DeliveryEntry, []*pigeon.Delivery, int) {
 // results decodes the results of a decisions answer. Each message comes
 // with the Result its publish is resolved with, in one allocation.
 func (w *walker) results(i int) ([]BatchResult, int) {
-	out := []BatchResult{}
+	// Room for about as many results as the text holds brief ones.
+	out := make([]BatchResult, 0, min(1+(len(w.b)-i)/briefResultLen, MaxPublishBatch))
 	end := w.array(i, func(j int) int {
 		var r BatchResult
 		e := w.object(j, resultNames, func(k, j int) int {
@@ -115,6 +116,10 @@ func (w *walker) results(i int) ([]BatchResult, int) {
 	})
 	return out, end
 }
+
+// briefResultLen is about the length of a result that carries an
+// accepted message without its data, as a decisions answer does.
+const briefResultLen = 512
 
 // resultHandoff is a publish's answered message and the Result its
 // PendingPublish is resolved with, in one allocation.

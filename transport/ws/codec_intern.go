@@ -24,6 +24,20 @@ type interner struct {
 	fields [mAcceptedAt + 1]string
 }
 
+// last returns, when the JSON string at b[j] (its opening quote) is the
+// value the envelope's member k had last, that value and the index just
+// past the string; ok is false otherwise. The value is a plain string
+// (field keeps only those), so the text that holds its bytes and then a
+// quote is that very string, and needs no scan.
+func (in *interner) last(k int, b []byte, j int) (s string, end int, ok bool) {
+	s = in.fields[k]
+	e := j + 1 + len(s)
+	if s == "" || e >= len(b) || b[e] != '"' || string(b[j+1:e]) != s {
+		return "", 0, false
+	}
+	return s, e + 1, true
+}
+
 // field is str for the value b of the envelope's member k.
 func (in *interner) field(k int, b []byte) string {
 	if in.fields[k] == string(b) {

@@ -149,6 +149,12 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 			return e
 		}
 		shared := sharedFields&(1<<k) != 0
+		if shared && w.in != nil && w.b[j] == '"' {
+			if s, e, ok := w.in.last(k, w.b, j); ok {
+				*strs[k] = s
+				return e
+			}
+		}
 		if (!shared || w.in != nil) && w.b[j] == '"' {
 			if e := plainEnd(w.b, j); e >= 0 {
 				if shared {

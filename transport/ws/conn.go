@@ -467,12 +467,19 @@ func (c *conn) refuse(ctx context.Context, refusal error, errs *[]error) bool {
 // either way. Deliveries always go through the queue, whose writer
 // detects a consumer that stopped reading.
 func (c *conn) send(ctx context.Context, b []byte) error {
-	return c.sendGuarded(ctx, b, nil)
+	return c.sendFrame(ctx, b, nil, nil)
 }
 
 // sendGuarded is send for an answer that carries messages: g checks the
 // contract again just before the write (see guard).
 func (c *conn) sendGuarded(ctx context.Context, b []byte, g *guard) error {
+	return c.sendFrame(ctx, b, g, nil)
+}
+
+// sendFrame is send for b, checked by g before its write when not nil
+// (sendGuarded), held in buf from frameBufs when not nil: buf goes back
+// there once b is written, or is left to the collector when b is not.
+func (c *conn) sendFrame(ctx context.Context, b []byte, g *guard, buf *[]byte) error {
 	n := int64(len(b))
 	if err := c.reserve(ctx, n); err != nil {
 		return err
@@ -488,9 +495,10 @@ func (c *conn) sendGuarded(ctx context.Context, b []byte, g *guard) error {
 			c.abort()
 			return errGone
 		}
+		putFrameBuf(buf, b) // written: nothing refers to it
 		return nil
 	}
-	return c.enqueueOut(ctx, outFrame{b: b, n: n, guard: g})
+	return c.enqueueOut(ctx, outFrame{b: b, n: n, guard: g, buf: buf})
 }
 
 // writeOwn writes b for send, wmu held, within the stall timeout: a write
@@ -505,9 +513,23 @@ func (c *conn) writeOwn(b []byte) error {
 	} else {
 		c.ownTimer.Reset(c.srv.opts.StallTimeout)
 	}
-	err := c.ws.Write(c.io, websocket.MessageText, b)
+	err := c.writeAlone(b)
 	c.ownStart.Store(0)
 	c.ownTimer.Stop()
+	return err
+}
+
+// writeAlone writes b, a frame that goes out on its own, in one system
+// call (see corkLarge).
+func (c *conn) writeAlone(b []byte) error {
+	if len(b) <= corkLarge || c.cork == nil {
+		return c.ws.Write(c.io, websocket.MessageText, b)
+	}
+	c.cork.cork()
+	err := c.ws.Write(c.io, websocket.MessageText, b)
+	if e := c.cork.uncork(); err == nil {
+		err = e
+	}
 	return err
 }
 
@@ -717,9 +739,14 @@ func (c *conn) writeLoop() {
 			case f.sub != nil && f.sub.cut():
 				f.wire.drop()
 				c.srv.stats.cut.Add(1)
+			case f.guard != nil && n == 0:
+				err = c.writeAlone(c.guarded(f.b, f.guard))
 			case f.guard != nil:
 				err = c.ws.Write(c.io, websocket.MessageText, c.guarded(f.b, f.guard))
-			case f.wire.write():
+			case !f.wire.write():
+			case n == 0:
+				err = c.writeAlone(f.b) // out at once
+			default:
 				err = c.ws.Write(c.io, websocket.MessageText, f.b)
 			}
 			putFrameBuf(f.buf, f.b) // written (or dropped): nothing refers to it

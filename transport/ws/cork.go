@@ -15,6 +15,8 @@ import (
 // library flushes every frame with a write of its own; while a writer loop
 // is corked, those writes collect in a buffer instead and go out together
 // when it uncorks, so that a burst of queued frames costs one system call.
+// A frame larger than the library's buffer, which it writes in pieces, is
+// corked on its own for the same reason (corkLarge).
 // Writes from other goroutines (pongs, close frames) keep their order: every
 // write and the flush take the same lock.
 //
@@ -126,6 +128,12 @@ func corkClient(out *atomic.Pointer[corkConn], tc *tls.Config) *http.Client {
 
 // maxBatch bounds the frames a writer loop sends under one cork.
 const maxBatch = 64
+
+// corkLarge is the size past which a frame written on its own is corked
+// too: the WebSocket library writes a frame through a 4 KiB buffer, so a
+// larger one in pieces, a client's (masked in that buffer) in one system
+// call per 4 KiB, a server's in two. Corked, it leaves in one.
+const corkLarge = 4096 - 14 // the buffer less the largest frame header
 
 // corkOn and corkOff cork c when it is a corkConn.
 func corkOn(c *corkConn) {

@@ -48,3 +48,31 @@ func TestInterner(t *testing.T) {
 	require.Equal(t, string(long), in.str(long))
 	require.Equal(t, "", in.str(nil))
 }
+
+// TestInternedLastValue: a connection's reader that takes a member's
+// value as the one it had last, without scanning it, decodes every frame
+// as a reader that saw no frame before it: the same value again, one the
+// last value begins or ends with, an escaped spelling of it, a text
+// whose bytes follow the last value with no closing quote.
+func TestInternedLastValue(t *testing.T) {
+	frame := func(subject string) []byte {
+		return []byte(`{"op":"publish","id":"p1","message":{"type":"t","subject":` + subject + `,"intent":"i","data":{}}}`)
+	}
+	var in interner
+	for _, subject := range []string{
+		`"payments.events"`, `"payments.events"`, `"payments.events2"`, `"payments.event"`, `"payments.events"`,
+		`"payments\u002eevents"`, `"payments.events\"x"`, `"payments.events`, `"payments.events"`, `""`, `"payments.events"`,
+		`"payments.events" `, `"a"`, `"payments.eventsa"`,
+	} {
+		b := frame(subject)
+		for _, decode := range []func([]byte, *interner) (*Frame, error){decodeFrame, decodeServerFrame, decodeClientFrame} {
+			want, wantErr := decode(b, nil)
+			got, err := decode(b, &in)
+			require.Equal(t, wantErr, err, "%s", b)
+			if wantErr == nil {
+				require.Equal(t, want.Message.Subject, got.Message.Subject, "%s", b)
+				require.Equal(t, want.Message, got.Message, "%s", b)
+			}
+		}
+	}
+}

@@ -35,7 +35,13 @@ func (c *conn) handle(f *Frame, caller pigeon.Caller) {
 	case OpPublish:
 		b, err = c.publish(f, caller)
 	case OpPublishBatch:
-		b, err = c.publishBatch(f, caller)
+		// Its answer, one result per message, is written from a buffer
+		// of frameBufs, which the write gives back.
+		var buf *[]byte
+		if b, buf, err = c.publishBatch(f, caller); err == nil {
+			_ = c.sendFrame(c.ctx, b, nil, buf)
+			return
+		}
 	case OpSubscribe:
 		b, err = c.subscribe(f, caller)
 	case OpUnsubscribe:

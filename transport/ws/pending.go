@@ -213,7 +213,7 @@ func (cc *clientConn) publishNow(m *pigeon.Message, p *PendingPublish) bool {
 	if cap(b) <= 2*maxBatchBytes+4096 {
 		cc.wbuf = b
 	}
-	if err := cc.write(b); err != nil {
+	if err := cc.writeAlone(b); err != nil {
 		cc.fail(err) // fails p with the connection
 	}
 	return true

@@ -50,15 +50,15 @@ var errRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection publish
 // one durable write for those admitted where the store can, and answers
 // with one decisions frame: per message, in the order sent, the decision
 // a publish frame would have answered, or the error that refused that
-// message alone.
-func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
+// message alone. The answer is built in buf, from frameBufs.
+func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) (answer []byte, buf *[]byte, err error) {
 	type outcome struct {
 		res *pigeon.Result
 		err error
 	}
-	caller, err := c.atDepth(f, caller, nil)
+	caller, err = c.atDepth(f, caller, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]outcome, len(f.Batch))
 	var (
@@ -97,7 +97,8 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		}
 		size += n
 	}
-	b := appendHead(make([]byte, 0, size), OpDecisions, f.ID)
+	buf = getFrameBuf(size)
+	b := appendHead(*buf, OpDecisions, f.ID)
 	b = append(b, `,"results":[`...)
 	for i, o := range out {
 		if i > 0 {
@@ -116,7 +117,7 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 			b = append(b, '}')
 		}
 	}
-	return append(b, "]}"...), nil
+	return append(b, "]}"...), buf, nil
 }
 
 // batchAnswerLimit bounds the decisions answer to a batch of n messages
