@@ -95,7 +95,7 @@ def b64url(b: bytes) -> str:
 def b64url_decode(s: str) -> bytes:
     """Strict base64url without padding: refuses padding, the standard
     alphabet and non-zero trailing bits (so each value has one spelling)."""
-    if not isinstance(s, str) or not _B64URL.match(s) or len(s) % 4 == 1:
+    if not isinstance(s, str) or not _B64URL.fullmatch(s) or len(s) % 4 == 1:
         raise ValueError("not base64url without padding")
     try:
         b = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
@@ -380,7 +380,7 @@ def sign_message(message: dict[str, Any], kid: str, key: Any) -> dict[str, Any]:
     it fail. An empty ``id`` gets a fresh ``msg_`` id and an empty ``time``
     the current time, since both are signed.
     """
-    if not isinstance(kid, str) or not _KID.match(kid):
+    if not isinstance(kid, str) or not _KID.fullmatch(kid):
         raise new_error("INVALID_ARGUMENT", "the kid is malformed")
     sk = _signing_key(key)
     m = dict(message)

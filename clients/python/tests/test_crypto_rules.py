@@ -22,7 +22,7 @@ from pigeon_client import (
     sign_message,
     verify_message,
 )
-from pigeon_client.crypto import SIG_CONTEXT, SIG_CONTEXT_V2, b64url
+from pigeon_client.crypto import SIG_CONTEXT, SIG_CONTEXT_V2, b64url, b64url_decode
 
 GO = load_go_vectors()
 KEYS = {name: Keys.from_vector(k) for name, k in GO["keys"].items()}
@@ -162,3 +162,21 @@ def test_open_data_refuses_member_names_not_spelled_exactly():
         with pytest.raises(SealTampered):
             open_data({**data, "sealed": sealed}, b.encryption_private, a.signing_public)
     assert open_data(data, b.encryption_private, a.signing_public) == ({"room": "lobby"}, b"pay carol")
+
+
+@pytest.mark.parametrize("kid", ["k1\n", "", "k 1", "k" * 129])
+def test_signing_refuses_a_kid_go_refuses(kid):
+    # "$" also matches before a final newline: "k1\n" passed the kid's
+    # pattern, and the message went out signed with a kid Go refuses.
+    a = KEYS["alice"]
+    with pytest.raises(PigeonError) as e:
+        sign_message(message({"n": 1}), kid, a.signing_key)
+    assert e.value.code == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("text", ["AAAA\n", "AA\nAA", " AAAA", "AAAA="])
+def test_base64url_has_one_spelling(text):
+    # A trailing newline passed the alphabet's pattern, and the decoder
+    # skipped it: a second spelling of the same bytes.
+    with pytest.raises(ValueError):
+        b64url_decode(text)
