@@ -354,6 +354,9 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // audit guard): its account.role.removed record is then lost, and counted
 // in audit.resumed.
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
+	if err := validID("a role name", role); err != nil {
+		return Account{}, err // no role has it: nothing to take, write or audit
+	}
 	written := noWait
 	a, err := e.dir.removeAccountRole(ctx, id, role, func() {
 		// Queued under the directory's lock, as AddAccountRole's record.

@@ -121,9 +121,14 @@ func (d *directory) write(ctx context.Context, bucket, key string, was, v any) e
 // created elsewhere a moment ago can be deleted, changed or revoked here
 // at once, not only once this node is told of it. While the directory is
 // behind it answers errBehind without looking. A store that cannot swap
-// is not looked in (see find). d.mu is held for writing, or not at all:
-// it reads the store alone.
+// is not looked in (see find). A key that no record can have (absentKey)
+// is answered without a look, behind or not: a made-up id of any length
+// costs no read. d.mu is held for writing, or not at all: it reads the
+// store alone.
 func (d *directory) absent(ctx context.Context, bucket, key string, was any, notFound error) error {
+	if err := absentKey(bucket, key, notFound); err != nil {
+		return err
+	}
 	if d.isBehind() {
 		return errBehind()
 	}
@@ -131,6 +136,26 @@ func (d *directory) absent(ctx context.Context, bucket, key string, was any, not
 		return err
 	}
 	return notFound
+}
+
+// absentKey checks key, for absent, as the call that creates a record of
+// bucket checks it: an account id as CreateAccount does, a role name as
+// PutRole does (validID: INVALID_ARGUMENT). No record of such a key is
+// ever written, and load skips one stored behind the broker's back, so
+// the store holds none to find. A grant's id, which the broker makes and
+// no caller creates, is notFound instead (as revokeGrant answers it).
+func absentKey(bucket, key string, notFound error) error {
+	switch bucket {
+	case bucketAccounts:
+		return validID("an account id", key)
+	case bucketRoles:
+		return validID("a role name", key)
+	case bucketGrants:
+		if validID("a grant id", key) != nil {
+			return notFound
+		}
+	}
+	return nil
 }
 
 // none is p, or an untyped nil for a nil p: what find and write take for

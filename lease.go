@@ -398,6 +398,16 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 // deliveries. A store that fails past the lease's deadline spends one
 // attempt per ack wait so, as a node that stops between its lease and its
 // delivery does.
+//
+// A store write that succeeds but returns once the lease's deadline has
+// passed (by the engine's clock) hands nobody the message either: the
+// lease ran out for the other nodes meanwhile, and one of them may hold
+// it and run the message. The attempt stays spent (the store recorded
+// it), the cluster lease is released at it (Leaser.Release, not done; a
+// release the cluster refuses, the lease being another node's now,
+// changes nothing), and the message is due again at once, to whichever
+// node the cluster leases it next. Handed over, it ran on two nodes at
+// once.
 func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder, contract string, now time.Time) (*decoded, error) {
 	n := g.attempts[sm.Seq] + 1
 	deadline := now.Add(s.ackWait)
@@ -446,6 +456,18 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 		return nil, storeError(err)
 	}
 	g.attempts[sm.Seq] = n
+	if shared {
+		if at := e.now(); !at.Before(deadline) {
+			// The write outlasted the lease: another node may hold it by
+			// now and run the message. Not handed over: the lease is
+			// given up, released at its attempt (spent, as the store
+			// holds it), and the message is due again here at once, as
+			// a lease freed (the next batch asks the cluster again).
+			g.leases[sm.Seq] = &lease{deadline: at, attempt: n}
+			e.releaseAt(ctx, g, false, at, letGo{seq: sm.Seq, attempt: n})
+			return nil, nil
+		}
+	}
 	g.leases[sm.Seq] = &lease{holder: holder, contract: contract, deadline: deadline, attempt: n}
 	if n > 1 {
 		e.note(NoteRedelivery, s.name)
