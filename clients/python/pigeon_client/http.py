@@ -579,7 +579,10 @@ class HttpClient:
         try:
             return self._send(req, method, path, seconds, limit, listed)
         except TransportError:
-            if deadline is not None and deadline.expired:
+            # The socket's own timeout (the same seconds) may end the call
+            # before the watchdog thread marks the deadline: the clock
+            # says whether it has passed.
+            if deadline is not None and (deadline.expired or time.monotonic() >= deadline.at):
                 raise RequestTimeoutError("REQUEST_TIMEOUT", f"{method} {path}: no whole answer within "
                                           f"{seconds:g} s (timeout)", status=504) from None
             raise

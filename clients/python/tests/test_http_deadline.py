@@ -128,3 +128,21 @@ def test_quick_answers_are_read_whole_and_leave_no_deadline_behind(server):
         assert c.subjects() == []
     assert _watchdog.pending() == 0, "a call left its deadline behind"
     assert sum(t.name == "pigeon-http-deadlines" for t in threading.enumerate()) == 1
+
+
+def test_the_socket_timeout_before_the_watchdog_is_still_request_timeout(server, monkeypatch):
+    # The socket's timeout is the call's seconds too: on a loaded machine it
+    # can end the call before the watchdog thread marks the deadline
+    # expired. Held back here for good, the call still ends REQUEST_TIMEOUT,
+    # not CONNECTION_FAILED.
+    import pigeon_client.http as h
+
+    monkeypatch.setattr(h._Deadline, "expire", lambda self: None)
+
+    def answer(conn, stop):
+        stop.wait(10)
+
+    c = HttpClient(server(answer), "t", timeout=0.3)
+    with pytest.raises(RequestTimeoutError) as e:
+        c.subjects()
+    assert e.value.code == "REQUEST_TIMEOUT"
