@@ -89,8 +89,7 @@ type recentRing struct {
 	last  time.Time         // when put was last called
 }
 
-// put caches d in its slot at now, in place of what the slot held unless
-// that is a newer message (then d is not cached), and
+// put caches d in its slot at now, in place of what the slot held, and
 // clears the oldest slots while the cache holds more than recentBytes (d
 // stays, whatever its size).
 func (r *recentRing) put(d *decoded, now time.Time) {
@@ -99,12 +98,6 @@ func (r *recentRing) put(d *decoded, now time.Time) {
 	defer r.mu.Unlock()
 	r.last = now
 	if d.seq < r.floor.Load() { // read from the store as it was trimmed
-		return
-	}
-	if cur := r.slots[i].Load(); cur != nil && cur.seq > d.seq {
-		// A lagging reader's store read of an older message sharing the
-		// slot: the newer one stays, for the fan-out and the readers
-		// near the head, which would otherwise read it from the store.
 		return
 	}
 	r.slots[i].Store(d)

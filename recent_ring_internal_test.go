@@ -46,22 +46,3 @@ func TestRecentRingForgets(t *testing.T) {
 		})
 	}
 }
-
-// TestRecentRingKeepsTheNewerOfASlot: a message read from the store for a
-// lagging reader, whose slot holds a newer message (the fan-out's, put as
-// it was published), leaves the newer one cached and is not cached itself;
-// the ring's bytes stay those of what it holds.
-func TestRecentRingKeepsTheNewerOfASlot(t *testing.T) {
-	e := &Engine{}
-	now := time.Now()
-	r := e.recent.ring("s")
-	newer, older := uint64(recentSize+5), uint64(5)
-	r.put(&decoded{seq: newer, m: &Message{}, size: 10}, now)
-	r.put(&decoded{seq: older, m: &Message{}, size: 30}, now)
-	require.NotNil(t, e.recentAt("s", newer), "the newer message of the slot stays cached")
-	require.Nil(t, e.recentAt("s", older))
-	require.Equal(t, int64(10), r.bytes)
-	r.put(&decoded{seq: newer + recentSize, m: &Message{}, size: 20}, now)
-	require.NotNil(t, e.recentAt("s", newer+recentSize), "a newer one still takes the slot")
-	require.Equal(t, int64(20), r.bytes)
-}
