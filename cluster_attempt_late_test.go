@@ -8,8 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/store"
-	"pigeon/store/memory"
 )
 
 // TestAnAttemptRecordedAfterItsLeaseRanOutIsNotHandedOver: node A leases
@@ -31,29 +29,8 @@ func TestAnAttemptRecordedAfterItsLeaseRanOutIsNotHandedOver(t *testing.T) {
 		{"nobody took the lease over", false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newClock()
-			shared := memory.New(nil)
-			h := &hub{leases: map[string]*hubLease{}, now: clk.Now, progress: shared}
-			slow := newSlowAttempt(shared)
-			oa, ob := returnOptions(clk.Now, 3), returnOptions(clk.Now, 3)
-			oa.Store, oa.Cluster = slow, h.node()
-			ob.Store, ob.Cluster = viewOf(shared), h.node()
-			a, b := startEngine(t, oa), startEngine(t, ob)
-			id := publishN(t, dupConnect(t, b, "boss-token", "jobs.run"), dupCases[0], 0, 1)[0]
-			key := store.GroupKey{Subject: "jobs.run", Group: pigeon.DefaultGroup}
-
-			type received struct {
-				msgs     []*pigeon.Message
-				attempts []int
-				err      error
-			}
-			onA := make(chan received, 1)
-			ra := dupConnect(t, a, "crew-token", "jobs.run").(pigeon.AttemptSettler)
-			go func() {
-				msgs, attempts, err := ra.ReceiveAttempts(context.Background(), "jobs.run", 10)
-				onA <- received{msgs, attempts, err}
-			}()
-			awaitOn(t, slow.entered, "node A never recorded its attempt")
+			n := startLateAttempt(t, 3)
+			clk, shared, slow, b, id, key, ra, onA := n.clk, n.shared, n.slow, n.b, n.id, n.key, n.ra, n.onA
 
 			// A's write waits past its lease's deadline.
 			clk.Advance(2 * dupAckWait)

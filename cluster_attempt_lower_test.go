@@ -2,7 +2,6 @@ package pigeon_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,32 +12,16 @@ import (
 )
 
 // slowLowering is a node's view of the shared store whose first lowering
-// of a recorded attempt (a delivery given back uncounted) waits: entered
-// is closed as it begins, it goes on once proceed is closed, and written
-// is closed once the store answered it. A plain MarkAttempt that lowers
-// the count waits as LowerAttempt does.
+// of a recorded attempt (a delivery given back uncounted) is held
+// (heldOnce). A plain MarkAttempt that lowers the count is held as
+// LowerAttempt is.
 type slowLowering struct {
 	nodeStore
-	once                      sync.Once
-	entered, proceed, written chan struct{}
+	*heldOnce
 }
 
 func newSlowLowering(shared *memory.Store) *slowLowering {
-	return &slowLowering{nodeStore: viewOf(shared), entered: make(chan struct{}), proceed: make(chan struct{}), written: make(chan struct{})}
-}
-
-// lowering runs write, the first lowering, once proceed is closed;
-// another write at once.
-func (s *slowLowering) lowering(write func() error) error {
-	first := false
-	s.once.Do(func() { first = true })
-	if !first {
-		return write()
-	}
-	close(s.entered)
-	<-s.proceed
-	defer close(s.written)
-	return write()
+	return &slowLowering{nodeStore: viewOf(shared), heldOnce: newHeldOnce()}
 }
 
 func (s *slowLowering) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
@@ -49,11 +32,11 @@ func (s *slowLowering) MarkAttempt(ctx context.Context, key store.GroupKey, seq 
 	if n >= g.Attempts[seq] {
 		return s.nodeStore.MarkAttempt(ctx, key, seq, n)
 	}
-	return s.lowering(func() error { return s.nodeStore.MarkAttempt(ctx, key, seq, n) })
+	return s.hold(func() error { return s.nodeStore.MarkAttempt(ctx, key, seq, n) })
 }
 
 func (s *slowLowering) LowerAttempt(ctx context.Context, key store.GroupKey, seq uint64, from, to int) error {
-	return s.lowering(func() error { return s.nodeStore.LowerAttempt(ctx, key, seq, from, to) })
+	return s.hold(func() error { return s.nodeStore.LowerAttempt(ctx, key, seq, from, to) })
 }
 
 var _ store.AttemptLowerer = (*slowLowering)(nil)

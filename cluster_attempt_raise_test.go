@@ -8,37 +8,101 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/internal/testclock"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
 
-// slowAttempt is a node's view of the shared store whose first write of a
-// delivery attempt (MarkAttempt, as a lease begins) waits: entered is
-// closed as it begins, it goes on once proceed is closed, and written is
-// closed once the store answered it.
-type slowAttempt struct {
-	nodeStore
+// heldOnce holds the first write made through it: entered is closed as
+// it begins, it goes on once proceed is closed, and written is closed once
+// the store answered it. Every other write goes on at once.
+type heldOnce struct {
 	once                      sync.Once
 	entered, proceed, written chan struct{}
 }
 
+func newHeldOnce() *heldOnce {
+	return &heldOnce{entered: make(chan struct{}), proceed: make(chan struct{}), written: make(chan struct{})}
+}
+
+func (h *heldOnce) hold(write func() error) error {
+	first := false
+	h.once.Do(func() { first = true })
+	if !first {
+		return write()
+	}
+	close(h.entered)
+	<-h.proceed
+	defer close(h.written)
+	return write()
+}
+
+// slowAttempt is a node's view of the shared store whose first write of a
+// delivery attempt (MarkAttempt, as a lease begins) is held (heldOnce).
+type slowAttempt struct {
+	nodeStore
+	*heldOnce
+}
+
 func newSlowAttempt(shared *memory.Store) *slowAttempt {
-	return &slowAttempt{nodeStore: viewOf(shared), entered: make(chan struct{}), proceed: make(chan struct{}), written: make(chan struct{})}
+	return &slowAttempt{nodeStore: viewOf(shared), heldOnce: newHeldOnce()}
 }
 
 func (s *slowAttempt) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
-	first := false
-	s.once.Do(func() { first = true })
-	if !first {
-		return s.nodeStore.MarkAttempt(ctx, key, seq, n)
-	}
-	close(s.entered)
-	<-s.proceed
-	defer close(s.written)
-	return s.nodeStore.MarkAttempt(ctx, key, seq, n)
+	return s.hold(func() error { return s.nodeStore.MarkAttempt(ctx, key, seq, n) })
 }
 
 var _ store.AttemptLowerer = (*slowAttempt)(nil)
+
+// lateAttemptNodes are nodes A and B on one shared store and cluster hub,
+// A's first attempt write held (slow), a message allowed maxAttempts
+// attempts published on jobs.run (id, of the default group's key), and
+// A's receive of it begun: its answer comes on onA once the write goes on.
+type lateAttemptNodes struct {
+	clk    *testclock.Clock
+	shared *memory.Store
+	h      *hub
+	slow   *slowAttempt
+	a, b   *pigeon.Engine
+	id     string
+	key    store.GroupKey
+	ra     pigeon.AttemptSettler
+	onA    <-chan receivedAttempts
+}
+
+func startLateAttempt(t *testing.T, maxAttempts int) *lateAttemptNodes {
+	n := &lateAttemptNodes{clk: newClock(), shared: memory.New(nil)}
+	n.h = &hub{leases: map[string]*hubLease{}, now: n.clk.Now, progress: n.shared}
+	n.slow = newSlowAttempt(n.shared)
+	oa, ob := returnOptions(n.clk.Now, maxAttempts), returnOptions(n.clk.Now, maxAttempts)
+	oa.Store, oa.Cluster = n.slow, n.h.node()
+	ob.Store, ob.Cluster = viewOf(n.shared), n.h.node()
+	n.a, n.b = startEngine(t, oa), startEngine(t, ob)
+	n.id = publishN(t, dupConnect(t, n.b, "boss-token", "jobs.run"), dupCases[0], 0, 1)[0]
+	n.key = store.GroupKey{Subject: "jobs.run", Group: pigeon.DefaultGroup}
+	n.ra = dupConnect(t, n.a, "crew-token", "jobs.run").(pigeon.AttemptSettler)
+	n.onA = receiveLater(n.ra)
+	awaitOn(t, n.slow.entered, "node A never recorded its attempt")
+	return n
+}
+
+// receivedAttempts is the answer of one ReceiveAttempts.
+type receivedAttempts struct {
+	msgs     []*pigeon.Message
+	attempts []int
+	err      error
+}
+
+// receiveLater receives from jobs.run on r in the background; the answer
+// comes on the channel.
+func receiveLater(r pigeon.AttemptSettler) <-chan receivedAttempts {
+	ch := make(chan receivedAttempts, 1)
+	go func() {
+		msgs, attempts, err := r.ReceiveAttempts(context.Background(), "jobs.run", 10)
+		ch <- receivedAttempts{msgs, attempts, err}
+	}()
+	return ch
+}
 
 // TestALateAttemptWriteLeavesAnotherNodesLaterAttempt: node A leases a
 // message (the cluster counts attempt 1) and records the attempt in the
@@ -52,39 +116,18 @@ var _ store.AttemptLowerer = (*slowAttempt)(nil)
 // now only raises a count: A's late write leaves B's attempt 2, and the
 // next lease exhausts the message.
 func TestALateAttemptWriteLeavesAnotherNodesLaterAttempt(t *testing.T) {
-	clk := newClock()
-	shared := memory.New(nil)
-	h := &hub{leases: map[string]*hubLease{}, now: clk.Now, progress: shared}
-	slow := newSlowAttempt(shared)
-	oa, ob := returnOptions(clk.Now, 2), returnOptions(clk.Now, 2)
-	oa.Store, oa.Cluster = slow, h.node()
-	ob.Store, ob.Cluster = viewOf(shared), h.node()
-	a, b := startEngine(t, oa), startEngine(t, ob)
-	id := publishN(t, dupConnect(t, b, "boss-token", "jobs.run"), dupCases[0], 0, 1)[0]
-	key := store.GroupKey{Subject: "jobs.run", Group: pigeon.DefaultGroup}
+	n := startLateAttempt(t, 2)
+	clk, shared, h, slow, b, id, key, onA := n.clk, n.shared, n.h, n.slow, n.b, n.id, n.key, n.onA
 	stored := func() int {
 		t.Helper()
 		g, err := shared.LoadGroup(context.Background(), key)
 		require.NoError(t, err)
 		require.Len(t, g.Attempts, 1, "one message, one attempt count")
-		for _, n := range g.Attempts {
-			return n
+		for _, count := range g.Attempts {
+			return count
 		}
 		return 0
 	}
-
-	type received struct {
-		msgs     []*pigeon.Message
-		attempts []int
-		err      error
-	}
-	onA := make(chan received, 1)
-	ra := dupConnect(t, a, "crew-token", "jobs.run").(pigeon.AttemptSettler)
-	go func() {
-		msgs, attempts, err := ra.ReceiveAttempts(context.Background(), "jobs.run", 10)
-		onA <- received{msgs, attempts, err}
-	}()
-	awaitOn(t, slow.entered, "node A never recorded its attempt")
 
 	// A's write waits: its lease runs out in the cluster, and B takes
 	// the message over as its second attempt, recorded in the store.
