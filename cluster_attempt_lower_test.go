@@ -92,16 +92,5 @@ func TestALateGiveBackLeavesAnotherNodesAttemptCounted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, g.Attempts[seq], "node A's late give-back lowered the attempt node B recorded")
 
-	// B gives its attempt up (its consumer nacks), and the cluster's
-	// lease record of the message is gone, as store/jetstream's is a day
-	// after its last write: the next lease counts from the store.
-	require.NoError(t, rb.NackAttempt(context.Background(), "jobs.run", id, seq, 2, 0))
-	h.mu.Lock()
-	delete(h.leases, leaseKey(key, seq))
-	h.mu.Unlock()
-	msgs, attempts, err = rb.ReceiveAttempts(context.Background(), "jobs.run", 10)
-	require.NoError(t, err)
-	require.Empty(t, msgs, "a message allowed two attempts was delivered again, as attempt %v", attempts)
-	rec := auditedOf(t, b, pigeon.EventDeliveryExhausted, id) // waits for it
-	require.Equal(t, string(pigeon.CodeDeliveryExhausted), rec.Code)
+	requireExhaustedFromTheStore(t, h, b, rb, key, id, seq)
 }

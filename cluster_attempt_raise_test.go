@@ -147,14 +147,21 @@ func TestALateAttemptWriteLeavesAnotherNodesLaterAttempt(t *testing.T) {
 	require.Empty(t, got.attempts, "node A's lease ran out meanwhile: not handed over")
 	require.Equal(t, 2, stored(), "node A's late write of attempt 1 lowered the attempt node B recorded")
 
-	// B gives its attempt up (its consumer nacks), and the cluster's
-	// lease record of the message is gone, as store/jetstream's is a day
-	// after its last write: the next lease counts from the store.
+	requireExhaustedFromTheStore(t, h, b, rb, key, id, seq)
+}
+
+// requireExhaustedFromTheStore: node B gives its attempt 2 (of 2) up (its
+// consumer nacks), and the cluster's lease record of the message is gone,
+// as store/jetstream's is a day after its last write: the next lease
+// counts from the store, which must hold B's attempt, so the message is
+// exhausted, not delivered again.
+func requireExhaustedFromTheStore(t *testing.T, h *hub, b *pigeon.Engine, rb pigeon.AttemptSettler, key store.GroupKey, id string, seq uint64) {
+	t.Helper()
 	require.NoError(t, rb.NackAttempt(context.Background(), "jobs.run", id, seq, 2, 0))
 	h.mu.Lock()
 	delete(h.leases, leaseKey(key, seq))
 	h.mu.Unlock()
-	msgs, attempts, err = rb.ReceiveAttempts(context.Background(), "jobs.run", 10)
+	msgs, attempts, err := rb.ReceiveAttempts(context.Background(), "jobs.run", 10)
 	require.NoError(t, err)
 	require.Empty(t, msgs, "a message allowed two attempts was delivered again, as attempt %v", attempts)
 	rec := auditedOf(t, b, pigeon.EventDeliveryExhausted, id) // waits for it
