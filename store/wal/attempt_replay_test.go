@@ -27,9 +27,7 @@ func TestAttemptRecordsOnlyRaise(t *testing.T) {
 			ctx := t.Context()
 			key := store.GroupKey{Subject: "a", Group: "g"}
 			require.NoError(t, s.MarkAttempt(ctx, key, 4, 3))
-			s.meta.mu.RLock()
-			looked := s.meta.applied
-			s.meta.mu.RUnlock()
+			looked := metaApplied(s)
 			clk.Advance(time.Hour)
 			_, err := s.metaWrite(encAttempt(key, 4, 2, stampOf(clk.Now())))
 			require.NoError(t, err)

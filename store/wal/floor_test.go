@@ -29,20 +29,14 @@ func TestRaiseFloorReplays(t *testing.T) {
 			}
 			require.NoError(t, s.MarkAttempt(ctx, raised, 4, 2))
 			require.NoError(t, s.MarkAttempt(ctx, raised, 10, 1))
-			s.meta.mu.RLock()
-			looked := s.meta.applied
-			s.meta.mu.RUnlock()
+			looked := metaApplied(s)
 			clk.Advance(time.Hour)
 			mark := clk.Now()
 			require.NoError(t, s.RaiseFloor(ctx, raised, 6)) // after the look
-			s.meta.mu.RLock()
-			before := s.meta.applied
-			s.meta.mu.RUnlock()
+			before := metaApplied(s)
 			require.NoError(t, s.RaiseFloor(ctx, raised, 5), "below the floor")
 			require.NoError(t, s.RaiseFloor(ctx, idle, 0), "zero")
-			s.meta.mu.RLock()
-			require.Equal(t, before, s.meta.applied, "a raise that changes nothing writes no record")
-			s.meta.mu.RUnlock()
+			require.Equal(t, before, metaApplied(s), "a raise that changes nothing writes no record")
 
 			n, err := s.metaWrite(encPruned("a", looked, []string{"raised", "idle"}))
 			require.NoError(t, err)

@@ -180,9 +180,15 @@ func writeAfterTheLook(t *testing.T, s *Store) (busy, idle store.GroupKey, looke
 	busy, idle = store.GroupKey{Subject: "a", Group: "busy"}, store.GroupKey{Subject: "a", Group: "idle"}
 	require.NoError(t, s.MarkDone(ctx, idle, 1))
 	require.NoError(t, s.MarkDone(ctx, busy, 1))
-	s.meta.mu.RLock()
-	looked = s.meta.applied
-	s.meta.mu.RUnlock()
+	looked = metaApplied(s)
 	require.NoError(t, s.MarkDone(ctx, busy, 2)) // after the look
 	return busy, idle, looked
+}
+
+// metaApplied is the index of the last meta record s applied: a look
+// that a groups-pruned record names.
+func metaApplied(s *Store) uint64 {
+	s.meta.mu.RLock()
+	defer s.meta.mu.RUnlock()
+	return s.meta.applied
 }
