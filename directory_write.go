@@ -126,8 +126,8 @@ func (d *directory) write(ctx context.Context, bucket, key string, was, v any) e
 // costs no read. d.mu is held for writing, or not at all: it reads the
 // store alone.
 func (d *directory) absent(ctx context.Context, bucket, key string, was any, notFound error) error {
-	if err := absentKey(bucket, key, notFound); err != nil {
-		return err
+	if absentKey(key) {
+		return notFound
 	}
 	if d.isBehind() {
 		return errBehind()
@@ -138,24 +138,13 @@ func (d *directory) absent(ctx context.Context, bucket, key string, was any, not
 	return notFound
 }
 
-// absentKey checks key, for absent, as the call that creates a record of
-// bucket checks it: an account id as CreateAccount does, a role name as
-// PutRole does (validID: INVALID_ARGUMENT). No record of such a key is
-// ever written, and load skips one stored behind the broker's back, so
-// the store holds none to find. A grant's id, which the broker makes and
-// no caller creates, is notFound instead (as revokeGrant answers it).
-func absentKey(bucket, key string, notFound error) error {
-	switch bucket {
-	case bucketAccounts:
-		return validID("an account id", key)
-	case bucketRoles:
-		return validID("a role name", key)
-	case bucketGrants:
-		if validID("a grant id", key) != nil {
-			return notFound
-		}
-	}
-	return nil
+// absentKey reports whether key is one no record can have: an account
+// id, role name or grant id validID refuses. CreateAccount and PutRole
+// refuse such a key, load skips one stored behind the broker's back, and
+// the broker makes grant ids itself, so the store holds none to find: a
+// change of it is notFound at once, as GetAccount and GetRole answer it.
+func absentKey(key string) bool {
+	return validID("an id", key) != nil
 }
 
 // none is p, or an untyped nil for a nil p: what find and write take for
