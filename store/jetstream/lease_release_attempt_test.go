@@ -1,13 +1,10 @@
 package jetstream
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"pigeon/store"
 )
 
 // TestALateReleaseLeavesTheNextLeaseAlone: the engine releases a lease
@@ -20,13 +17,8 @@ import (
 // is, written nothing, and is refused ACK_NOT_ALLOWED, as a Return; a
 // release of attempt 2 ends it.
 func TestALateReleaseLeavesTheNextLeaseAlone(t *testing.T) {
-	srv := runServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	prefix := freshPrefix()
-	sa, a := prefixNode(ctx, t, srv.ClientURL(), prefix, "a")
-	_, b := prefixNode(ctx, t, srv.ClientURL(), prefix, "b")
-	key := store.GroupKey{Subject: "jobs", Group: "workers"}
+	n := startTwoNodes(t)
+	ctx, sa, a, b, key := n.ctx, n.sa, n.a, n.b, n.key
 
 	for i, tc := range []struct {
 		name string
@@ -69,13 +61,8 @@ func TestALateReleaseLeavesTheNextLeaseAlone(t *testing.T) {
 // and is refused ACK_NOT_ALLOWED, as a done one is; one repeated after
 // this node's own release is no change.
 func TestReleaseOfAnotherNodesLease(t *testing.T) {
-	srv := runServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	prefix := freshPrefix()
-	sa, a := prefixNode(ctx, t, srv.ClientURL(), prefix, "a")
-	_, b := prefixNode(ctx, t, srv.ClientURL(), prefix, "b")
-	key := store.GroupKey{Subject: "jobs", Group: "workers"}
+	n := startTwoNodes(t)
+	ctx, sa, a, b, key := n.ctx, n.sa, n.a, n.b, n.key
 
 	st, err := a.Acquire(ctx, key, 1, time.Now().Add(-time.Second)) // ran out
 	require.NoError(t, err)

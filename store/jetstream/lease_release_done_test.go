@@ -30,13 +30,8 @@ func requireNotHeld(t *testing.T, err error, msgAndArgs ...any) {
 // done release is now a compare-and-set of this node's lease: a's leaves
 // b's lease as it is and reports ACK_NOT_ALLOWED; b's settles it.
 func TestLateDoneReleaseLeavesTheNextHoldersLease(t *testing.T) {
-	srv := runServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	prefix := freshPrefix()
-	_, a := prefixNode(ctx, t, srv.ClientURL(), prefix, "a")
-	_, b := prefixNode(ctx, t, srv.ClientURL(), prefix, "b")
-	key := store.GroupKey{Subject: "jobs", Group: "workers"}
+	n := startTwoNodes(t)
+	ctx, a, b, key := n.ctx, n.a, n.b, n.key
 
 	st, err := a.Acquire(ctx, key, 1, time.Now().Add(200*time.Millisecond))
 	require.NoError(t, err)
@@ -80,13 +75,8 @@ func TestLateDoneReleaseLeavesTheNextHoldersLease(t *testing.T) {
 // is no change; a release of a lease this node never held writes nothing
 // and settles nothing.
 func TestDoneRelease(t *testing.T) {
-	srv := runServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	prefix := freshPrefix()
-	_, a := prefixNode(ctx, t, srv.ClientURL(), prefix, "a")
-	_, b := prefixNode(ctx, t, srv.ClientURL(), prefix, "b")
-	key := store.GroupKey{Subject: "jobs", Group: "workers"}
+	n := startTwoNodes(t)
+	ctx, a, b, key := n.ctx, n.a, n.b, n.key
 
 	for i, tc := range []struct {
 		name string

@@ -35,13 +35,8 @@ func leaseEntry(ctx context.Context, t *testing.T, s *Store, key store.GroupKey,
 // (another node's, settled, leased again at another attempt, gone) is
 // left as it is, and the answer is ACK_NOT_ALLOWED.
 func TestReturnGivesTheAttemptBack(t *testing.T) {
-	srv := runServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	prefix := freshPrefix()
-	sa, a := prefixNode(ctx, t, srv.ClientURL(), prefix, "a")
-	_, b := prefixNode(ctx, t, srv.ClientURL(), prefix, "b")
-	key := store.GroupKey{Subject: "jobs", Group: "workers"}
+	n := startTwoNodes(t)
+	ctx, sa, a, b, key := n.ctx, n.sa, n.a, n.b, n.key
 
 	// acquire leases seq to n until deadline, and records the attempt in
 	// the group's progress, as the engine does.

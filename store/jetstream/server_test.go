@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"pigeon/store"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -51,6 +53,28 @@ func prefixNode(ctx context.Context, t testing.TB, url, prefix, name string) (*S
 	cl, err := NewCluster(ctx, s)
 	require.NoError(t, err)
 	return s, cl
+}
+
+// twoNodes are nodes a and b of one cluster, on a fresh prefix of a
+// server of their own: a's store sa, both Clusters, the key of the work
+// group their leases are of, and a context that ends with the test or
+// after a minute.
+type twoNodes struct {
+	ctx  context.Context
+	sa   *Store
+	a, b *Cluster
+	key  store.GroupKey
+}
+
+func startTwoNodes(t *testing.T) twoNodes {
+	t.Helper()
+	srv := runServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	prefix := freshPrefix()
+	sa, a := prefixNode(ctx, t, srv.ClientURL(), prefix, "a")
+	_, b := prefixNode(ctx, t, srv.ClientURL(), prefix, "b")
+	return twoNodes{ctx: ctx, sa: sa, a: a, b: b, key: store.GroupKey{Subject: "jobs", Group: "workers"}}
 }
 
 // memoryNode opens, on srv, node "a"'s store under a fresh prefix (in
