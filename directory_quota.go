@@ -24,7 +24,7 @@ type directoryQuota struct {
 // its quota, or more (INVALID_ARGUMENT). d.mu is held.
 func (d *directory) accountQuota() error {
 	if q := d.quota.accounts; q > 0 && len(d.accounts) >= q {
-		return NewError(CodeInvalidArgument, "the directory holds %d accounts, and takes at most %d (Options.MaxAccounts): delete one first", len(d.accounts), q)
+		return NewError(CodeInvalidArgument, "the directory holds %d accounts, and takes at most %d (Options.MaxAccounts; pigeon serve --max-accounts): delete one first", len(d.accounts), q)
 	}
 	return nil
 }
@@ -33,7 +33,7 @@ func (d *directory) accountQuota() error {
 // quota, or more (INVALID_ARGUMENT). d.mu is held.
 func (d *directory) roleQuota() error {
 	if q := d.quota.roles; q > 0 && len(d.roles) >= q {
-		return NewError(CodeInvalidArgument, "the directory holds %d roles, and takes at most %d (Options.MaxRoles): delete one first", len(d.roles), q)
+		return NewError(CodeInvalidArgument, "the directory holds %d roles, and takes at most %d (Options.MaxRoles; pigeon serve --max-roles): delete one first", len(d.roles), q)
 	}
 	return nil
 }
@@ -46,7 +46,7 @@ func (d *directory) grantQuota(a *Account, now time.Time) error {
 		return nil
 	}
 	if n := d.liveGrants(a, now); n >= q {
-		return NewError(CodeInvalidArgument, "account %s holds %d live grants, and takes at most %d (Options.MaxGrantsPerAccount): revoke one or wait for one to expire", a.ID, n, q)
+		return NewError(CodeInvalidArgument, "account %s holds %d live grants, and takes at most %d (Options.MaxGrantsPerAccount; pigeon serve --max-grants-per-account): revoke one or wait for one to expire", a.ID, n, q)
 	}
 	return nil
 }

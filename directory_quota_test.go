@@ -68,6 +68,7 @@ type quotaCase struct {
 	create  func(e *pigeon.Engine, i int) (string, error)
 	change  func(e *pigeon.Engine, ref string) error
 	free    func(e *pigeon.Engine, ref string) error
+	flag    string // the pigeon serve flag that sets the quota
 	inForce func(e *pigeon.Engine, ref string) error
 	held    func(t *testing.T, e *pigeon.Engine, st *memory.Store) int
 }
@@ -79,6 +80,7 @@ func quotaCases() []quotaCase {
 	return []quotaCase{
 		{
 			name:  "accounts (Options.MaxAccounts)",
+			flag:  "--max-accounts",
 			set:   func(o *pigeon.Options, n int) { o.MaxAccounts = n },
 			setup: func(*testing.T, *pigeon.Engine) {},
 			create: func(e *pigeon.Engine, i int) (string, error) {
@@ -99,6 +101,7 @@ func quotaCases() []quotaCase {
 		},
 		{
 			name:  "roles (Options.MaxRoles)",
+			flag:  "--max-roles",
 			set:   func(o *pigeon.Options, n int) { o.MaxRoles = n },
 			setup: func(*testing.T, *pigeon.Engine) {},
 			create: func(e *pigeon.Engine, i int) (string, error) {
@@ -119,6 +122,7 @@ func quotaCases() []quotaCase {
 		},
 		{
 			name: "live grants of an account (Options.MaxGrantsPerAccount)",
+			flag: "--max-grants-per-account",
 			set:  func(o *pigeon.Options, n int) { o.MaxGrantsPerAccount = n },
 			setup: func(t *testing.T, e *pigeon.Engine) {
 				for _, id := range []string{carol, dave} {
@@ -181,6 +185,7 @@ func TestDirectoryQuotas(t *testing.T) {
 			_, err := tc.create(f.e, quota)
 			pe := requireCode(t, err, pigeon.CodeInvalidArgument)
 			require.Contains(t, pe.Message, "at most "+strconv.Itoa(quota), "the refusal names the quota")
+			require.Contains(t, pe.Message, "pigeon serve "+tc.flag, "the refusal names the flag a server operator sets")
 			require.Equal(t, held, tc.held(t, f.e, st), "the directory holds what it held")
 			require.Equal(t, stored, quotaSnapshot(t, st), "nothing is written")
 			require.Equal(t, audited, auditLen(t, f.e), "nothing is audited")

@@ -64,6 +64,12 @@ func TestExampleIdentityConfig(t *testing.T) {
 	require.Equal(t, []string{"reader", "writer"}, cfg.issuers[0].Roles)
 	require.Equal(t, []string{"mtls", "oidc", "grant", "token"}, cfg.authOrder)
 	require.Equal(t, 20, cfg.maxFailures)
+	require.Equal(t, 16384, cfg.maxConns)
+	require.Equal(t, 256, cfg.maxConnsPerIP)
+	require.Equal(t, 1000, cfg.maxSubs)
+	require.Equal(t, 1000000, cfg.maxAccounts)
+	require.Equal(t, 100000, cfg.maxRoles)
+	require.Equal(t, 1000, cfg.maxGrants)
 
 	e, err := buildEdge(cfg, demo.Tokens(), nil)
 	require.NoError(t, err)
