@@ -13,6 +13,20 @@
 // call; durable backends document when it is also on disk. Every method takes
 // a context and returns ctx.Err() when the context ends before the work starts.
 //
+// # Optional abilities
+//
+// Beside Store, a backend may implement optional interfaces (AttemptLowerer,
+// AcceptAppender, BatchAppender, AuditChainer, FloorRaiser, the trimmers,
+// KVCreator, KVSwapper and the others documented as "the optional ability
+// to"). The broker finds them by type assertion on the store it is given.
+// A type that wraps a store by embedding the Store interface hides every
+// one of them, and the broker then takes its fallback: for example, in a
+// cluster a give-back without AttemptLowerer leaves the attempt spent (one
+// delivery counted too many, never too few), and appends without
+// BatchAppender are written one by one. A wrapper that means to keep an
+// ability implements it by forwarding to the wrapped store; one that
+// changes Append must also change or hide AcceptAppender and BatchAppender.
+//
 // # Conformance
 //
 // Package storetest holds the suite every Store must pass.
