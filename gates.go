@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"pigeon/internal/jsontext"
 	"pigeon/seal"
 )
 
@@ -109,7 +110,7 @@ func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
 	if name, most := longField(m); name != "" {
 		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" is longer than "+strconv.Itoa(most)+" bytes")
 	}
-	if hasControl(m.ID) {
+	if !printable(m.ID) && hasControl(m.ID) {
 		// An id is a name of one line: delivery records' digests and the
 		// audit log's text form join ids by newlines. A formatting
 		// character (U+202E, U+2028) would show it as another.
@@ -163,13 +164,19 @@ func CheckRegion(region string) error {
 // or formatting character (hasControl); "" when none does. The id is
 // checked on its own, source is the principal's, and reason is prose.
 func controlField(m *Message) string {
-	fields := [...]struct{ name, v string }{
-		{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
-		{"classification", m.Classification}, {"region", m.Region}, {"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID},
-	}
-	for _, f := range fields {
-		if hasControl(f.v) {
-			return f.name
+	// The names are nearly always printable ASCII, which holds none: that
+	// is checked eight bytes at a time, and only a name that is not is
+	// looked into.
+	if !(printable(m.Subject) && printable(m.Type) && printable(m.Intent) && printable(m.IdempotencyKey) &&
+		printable(m.Classification) && printable(m.Region) && printable(m.ReplyTo) && printable(m.CorrelationID)) {
+		fields := [...]struct{ name, v string }{
+			{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
+			{"classification", m.Classification}, {"region", m.Region}, {"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID},
+		}
+		for _, f := range fields {
+			if hasControl(f.v) {
+				return f.name
+			}
 		}
 	}
 	if sig := m.Signature; sig != nil {
@@ -184,6 +191,9 @@ func controlField(m *Message) string {
 	}
 	return ""
 }
+
+// printable reports whether s is printable ASCII (jsontext.PrintableASCII).
+func printable(s string) bool { return jsontext.PrintableASCII(s) }
 
 // longField names the first text field of m a publisher sets that is
 // longer than it may be, and that bound; "" when none is. (Source is the

@@ -62,6 +62,12 @@ func (s *Names) Add(k string) {
 			return
 		}
 	}
+	s.AddASCII(k)
+}
+
+// AddASCII is Add for a name k known to hold no byte beyond ASCII
+// (jsontext.ASCIINameSink).
+func (s *Names) AddASCII(k string) {
 	b := foldBit(k)
 	s.twice |= s.once & b
 	s.once |= b

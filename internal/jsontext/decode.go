@@ -47,6 +47,16 @@ type NameSink interface {
 	Add(name string)
 }
 
+// ASCIINameSink is a NameSink that DecodeDocument tells which names hold
+// no byte beyond ASCII, as it finds them while reading them, so that the
+// sink need not look again.
+type ASCIINameSink interface {
+	NameSink
+	// AddASCII is Add for a name that holds no byte beyond ASCII (and
+	// no escape).
+	AddASCII(name string)
+}
+
 // Document is one decoded JSON document.
 type Document struct {
 	// Value is the document as Decode returns it.
@@ -65,7 +75,15 @@ type Document struct {
 // is not an object, and may have heard some names when DecodeDocument
 // fails.
 func DecodeDocument(b []byte, maxDepth int, top NameSink) (Document, error) {
-	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top}
+	return decodeDocument(b, maxDepth, top, false)
+}
+
+// decodeDocument is DecodeDocument; long takes the long way everywhere
+// (no shortNumber, no plain names), the reference its tests hold the
+// short ways to.
+func decodeDocument(b []byte, maxDepth int, top NameSink, long bool) (Document, error) {
+	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top, long: long}
+	d.topASCII, _ = top.(ASCIINameSink)
 	d.slabs.hint = len(b) / 24
 	stack := openStacks.Get().(*[]member)
 	d.open = (*stack)[:0]
@@ -123,8 +141,10 @@ type valueDecoder struct {
 	i        int
 	maxDepth int
 	slabs    slabs
-	top      NameSink // nil, or where the top-level object's names go
-	inexact  bool     // a number ExactNumber refuses was read
+	top      NameSink      // nil, or where the top-level object's names go
+	topASCII ASCIINameSink // top, when it is one
+	inexact  bool          // a number ExactNumber refuses was read
+	long     bool          // no short ways (decodeDocument)
 
 	// open holds the members (and array elements, with an empty name) of
 	// the objects and arrays being decoded, innermost last: a container is
@@ -207,12 +227,16 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		if d.i >= len(d.s) || d.s[d.i] != '"' {
 			return nil, ErrSyntax
 		}
-		k, err := d.str()
+		k, plain, err := d.name()
 		if err != nil {
 			return nil, err
 		}
 		if top {
-			d.top.Add(k)
+			if plain && d.topASCII != nil {
+				d.topASCII.AddASCII(k)
+			} else {
+				d.top.Add(k)
+			}
 		}
 		d.skip()
 		if d.i >= len(d.s) || d.s[d.i] != ':' {
@@ -312,6 +336,18 @@ func (d *valueDecoder) array(depth int) (any, error) {
 	}
 }
 
+// name decodes a member name as str does, and reports whether it is
+// plain: written without an escape, and every byte ASCII.
+func (d *valueDecoder) name() (string, bool, error) {
+	start := d.i + 1
+	if i := PlainEnd(d.s, start); !d.long && i < len(d.s) && d.s[i] == '"' {
+		d.i = i + 1
+		return d.s[start:i], true, nil
+	}
+	k, err := d.str()
+	return k, false, err
+}
+
 // str decodes a string starting at the opening quote.
 func (d *valueDecoder) str() (string, error) {
 	start := d.i + 1
@@ -379,6 +415,10 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 
 // number scans a JSON number and parses it as float64.
 func (d *valueDecoder) number() (any, error) {
+	if f, end, ok := shortNumber(d.s, d.i); ok && !d.long {
+		d.i = end // ExactNumber holds for it: d.inexact stays as it is
+		return d.slabs.float(f), nil
+	}
 	end, ok := NumberEnd(d.s, d.i)
 	if !ok {
 		return nil, ErrSyntax
@@ -396,4 +436,60 @@ func (d *valueDecoder) number() (any, error) {
 	}
 	d.i = end
 	return d.slabs.float(f), nil
+}
+
+// maxShortDigits is the most digits shortNumber reads: their value, below
+// 10^15, is an integer a double holds exactly.
+const maxShortDigits = 15
+
+// pow10 holds the powers of ten up to 10^maxShortDigits, each exact in a
+// double.
+var pow10 = [maxShortDigits + 1]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// shortNumber reads the number at s[i] when it is written the common way:
+// an optional minus, then digits with no leading zero (or one zero),
+// optionally a point and digits, no exponent, at most maxShortDigits
+// digits in all. Its value is the integer of its digits divided by a
+// power of ten, both exact in a double, so the one division rounds as
+// strconv.ParseFloat does, and ExactNumber accepts it. For anything else
+// ok is false and the caller reads the number the long way (NumberEnd,
+// ParseFloat), which also finds the faults.
+func shortNumber(s string, i int) (f float64, end int, ok bool) {
+	neg := i < len(s) && s[i] == '-'
+	if neg {
+		i++
+	}
+	var mant uint64
+	digits, start := 0, i
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		if digits++; digits > maxShortDigits {
+			return 0, 0, false
+		}
+		mant = mant*10 + uint64(s[i]-'0')
+	}
+	if digits == 0 || (digits > 1 && s[start] == '0') {
+		return 0, 0, false
+	}
+	frac := 0
+	if i < len(s) && s[i] == '.' {
+		i++
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			if digits++; digits > maxShortDigits {
+				return 0, 0, false
+			}
+			mant = mant*10 + uint64(s[i]-'0')
+			frac++
+		}
+		if frac == 0 {
+			return 0, 0, false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		return 0, 0, false
+	}
+	f = float64(mant) / pow10[frac]
+	if neg {
+		f = -f
+	}
+	return f, i, true
 }

@@ -82,3 +82,26 @@ func ASCII(s string) bool {
 	}
 	return acc&highs == 0
 }
+
+// PrintableASCII reports whether every byte of s is printable ASCII, 0x20
+// to 0x7e, eight bytes at a time: text that holds no control character,
+// no DEL and nothing beyond ASCII.
+func PrintableASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		// A byte below 0x20 borrows (sets its high bit in x-0x20), DEL
+		// carries (in x+1), a byte of 0x80 and above has it set: each
+		// sets a high bit. A borrow or carry may also flag the byte above
+		// one flagged rightly, never hide one: the answer is exact.
+		x := word(s, i)
+		if ((x-ones*0x20)|(x+ones)|x)&highs != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}

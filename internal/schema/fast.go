@@ -33,10 +33,15 @@ const (
 // gojsonschema, it compiles each pattern once, never per member, and
 // finds repeated array items with a hash set.
 type fastSchema struct {
-	types      jsonType // 0: any
-	props      map[string]*fastSchema
-	propNames  []string // sorted: the order errs reports properties in
-	required   []string
+	types     jsonType // 0: any
+	props     map[string]*fastSchema
+	propNames []string // sorted: the order errs reports properties in
+	required  []string
+	// byName is props in propNames' order, each with whether required
+	// names it, and loose the required names props lacks: an object is
+	// checked with one lookup per property, required or not.
+	byName     []namedProp
+	loose      []string
 	patterns   []patternProp // sorted by pattern
 	noExtra    bool          // additionalProperties: false
 	extra      *fastSchema   // additionalProperties given as a schema
@@ -217,7 +222,23 @@ func compileFast(doc any) *fastSchema {
 			return nil
 		}
 	}
+	s.byName = make([]namedProp, len(s.propNames))
+	for i, name := range s.propNames {
+		s.byName[i] = namedProp{name: name, schema: s.props[name], required: slices.Contains(s.required, name)}
+	}
+	for _, r := range s.required {
+		if s.props[r] == nil && !slices.Contains(s.loose, r) {
+			s.loose = append(s.loose, r)
+		}
+	}
 	return s
+}
+
+// namedProp is one member of properties.
+type namedProp struct {
+	name     string
+	schema   *fastSchema
+	required bool // required names it
 }
 
 // scalar returns an enum or const member the subset compares, numbers as
@@ -374,6 +395,27 @@ func (s *fastSchema) valid(v any) bool {
 			return false
 		}
 	case map[string]any:
+		if !s.noExtra && s.extra == nil && len(s.patterns) == 0 && len(s.byName) <= len(x)+len(s.required) {
+			// Each property looked up once, whether required or not:
+			// fewer lookups than walking x and looking each member up
+			// in props, after the required ones.
+			for _, r := range s.loose {
+				if _, ok := x[r]; !ok {
+					return false
+				}
+			}
+			for i := range s.byName {
+				p := &s.byName[i]
+				if pv, ok := x[p.name]; !ok {
+					if p.required {
+						return false
+					}
+				} else if !p.schema.valid(pv) {
+					return false
+				}
+			}
+			return true
+		}
 		for _, r := range s.required {
 			if _, ok := x[r]; !ok {
 				return false
@@ -385,12 +427,6 @@ func (s *fastSchema) valid(v any) bool {
 					return false
 				}
 				if ps := s.props[k]; ps != nil && !ps.valid(pv) {
-					return false
-				}
-			}
-		} else if len(s.props) < len(x) {
-			for _, name := range s.propNames {
-				if pv, ok := x[name]; ok && !s.props[name].valid(pv) {
 					return false
 				}
 			}
