@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"pigeon/store/wal"
 )
 
 // httpClients is how many keep-alive clients post at once.
@@ -177,8 +179,32 @@ func pigeonHTTP(kind storeKind) func(context.Context, config) (result, error) {
 				"X-Pigeon-Contract": {id},
 			}
 		}
-		return httpLoad(ctx, c, p.httpURL()+"/v1/messages", func(i int) http.Header { return headers[i] }, http.StatusAccepted)
+		st, durable := p.st.(*wal.Store)
+		var before wal.CommitStats
+		if durable {
+			before = st.CommitStats()
+		}
+		r, err := httpLoad(ctx, c, p.httpURL()+"/v1/messages", func(i int) http.Header { return headers[i] }, http.StatusAccepted)
+		if err == nil && durable {
+			r.note = commitNote(before, st.CommitStats())
+		}
+		return r, err
 	}
+}
+
+// commitNote says how many records shared an fsync (group commit):
+// publishes in the message log, records (the publishes' acceptances) in
+// the audit log, over the whole run (warm-up included), from the store's
+// counts before and after.
+func commitNote(before, after wal.CommitStats) string {
+	per := func(records, batches uint64) string {
+		if batches == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(float64(records)/float64(batches), 'f', 1, 64)
+	}
+	return "per fsync: " + per(after.MessageRecords-before.MessageRecords, after.MessageBatches-before.MessageBatches) +
+		" publishes (message log), " + per(after.AuditRecords-before.AuditRecords, after.AuditBatches-before.AuditBatches) + " records (audit log)"
 }
 
 // negotiateHTTP negotiates a contract for subject over the HTTP API and
