@@ -21,7 +21,8 @@ import (
 // (store.AuditChainer) instead of chaining records itself. On any other
 // store the record's place in the auditor's queue is taken before the
 // append: by the store itself, which queues the record under the lock of
-// its appends (store/memory's AppendAcceptedTo), or else by the engine,
+// its appends (store/memory's AppendAcceptedTo, and AppendAcceptedBatchTo
+// for the messages of a batch, in their order), or else by the engine,
 // which reserves the place before it calls Append and fills it with the
 // record once Append returned (a store that learns the sequence only
 // from its server's answer, as store/jetstream does; a type that embeds
@@ -191,10 +192,20 @@ func (a *auditor) QueueAudit(r store.AuditRecord) {
 	a.queued++
 	a.results = append(a.results, nil)
 	a.mu.Unlock()
-	select {
-	case a.kick <- struct{}{}:
-	default:
+	a.kickWriter()
+}
+
+// QueueAudits is QueueAudit for each of recs, in order, under one lock:
+// the acceptances of a batch (store/memory's AppendAcceptedBatchTo).
+func (a *auditor) QueueAudits(recs []store.AuditRecord) {
+	a.mu.Lock()
+	a.pending = append(a.pending, recs...)
+	a.queued += uint64(len(recs))
+	for range recs {
+		a.results = append(a.results, nil)
 	}
+	a.mu.Unlock()
+	a.kickWriter()
 }
 
 // write appends one batch of the auditor's records to the store, chained:

@@ -404,7 +404,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	e.committed(CommitMessages, 1, start)
 	*bp = sm.Body[:0]
 	bodyPool.Put(bp)
-	return e.accepted(ctx, a, acc, stored, dup, audited, err)
+	return e.accepted(ctx, a, acc, nil, stored, dup, audited, err)
 }
 
 // tooLarge refuses, at GateRetention, a message whose stored envelope of
@@ -442,8 +442,13 @@ func (e *Engine) toStore(a *Admission) (store.Message, store.AuditRecord, *[]byt
 // accepted answers an admitted message once the store answered its
 // append: the failure audited, a duplicate, or the accepted message,
 // recorded (unless the store kept acc with it), remembered for the
-// fan-out and notified.
-func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditRecord, stored store.Message, dup, audited bool, err error) (*Result, error) {
+// fan-out and notified. body, when not nil, is the stored envelope: the
+// encoding that transports send of the message (the answer, each
+// delivery) is then made from it at once (acceptedJSON) rather than
+// encoded again when first sent; PublishBatch gives it, whose caller is
+// a transport that sends the answer. Publish does not: an in-process
+// caller and in-process subscribers never need the encoding.
+func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditRecord, body []byte, stored store.Message, dup, audited bool, err error) (*Result, error) {
 	m := a.Message
 	s := a.subj
 	if errors.Is(err, store.ErrExists) {
@@ -496,12 +501,57 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
 		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, a.dataExact, a.Now)
+		if body != nil {
+			if enc := acceptedJSON(body, d.m); enc != nil {
+				d.encOnce.Do(func() { d.enc = enc })
+			}
+		}
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {
 		e.opts.Cluster.Notify(ClusterChange{Kind: ChangeAppended, Subject: s.name, Seq: stored.Seq})
 	}
 	return &res.r, nil
+}
+
+// acceptedJSON returns m.AppendJSON(nil) made from body, the encoding
+// of m without its Sequence and AcceptedAt (the stored envelope of an
+// accepted message), or nil when body does not end as that encoding
+// would. AppendJSON writes "sequence" before "contractId", "subjectId"
+// and "schemaId", and "acceptedAt" after them, before "hops": the
+// members that body lacks go in there, and the rest is body's bytes.
+func acceptedJSON(body []byte, m *Message) []byte {
+	if m.Sequence == 0 || m.AcceptedAt == "" {
+		return nil
+	}
+	var buf [256]byte
+	tail := buf[:0]
+	if m.ContractID != "" {
+		tail = appendField(tail, "contractId", m.ContractID)
+	}
+	if m.SubjectID != "" {
+		tail = appendField(tail, "subjectId", m.SubjectID)
+	}
+	if m.SchemaID != "" {
+		tail = appendField(tail, "schemaId", m.SchemaID)
+	}
+	ids := len(tail)
+	if m.Hops != 0 {
+		tail = append(tail, `,"hops":`...)
+		tail = strconv.AppendUint(tail, uint64(m.Hops), 10)
+	}
+	tail = append(tail, '}')
+	if !bytes.HasSuffix(body, tail) {
+		return nil
+	}
+	head := body[:len(body)-len(tail)]
+	b := make([]byte, 0, len(body)+len(`,"sequence":`)+20+len(`,"acceptedAt":""`)+len(m.AcceptedAt))
+	b = append(b, head...)
+	b = append(b, `,"sequence":`...)
+	b = strconv.AppendUint(b, m.Sequence, 10)
+	b = append(b, tail[:ids]...)
+	b = appendField(b, "acceptedAt", m.AcceptedAt)
+	return append(b, tail[ids:]...)
 }
 
 // duplicate answers a publish that repeats orig. The original comes back

@@ -2,8 +2,10 @@ package pigeon
 
 import (
 	"context"
+	"sync"
 
 	"pigeon/store"
+	"pigeon/store/memory"
 )
 
 // Published is the answer to one message of PublishBatch: its Result, or
@@ -17,22 +19,29 @@ type Published struct {
 // under the caller's contract, through every gate, audited. The messages
 // the gates admit are appended together: on a store that appends a batch
 // with one durable write (store.BatchAppender), one write and one fsync
-// cover them and their sequences follow their order in msgs. A message
-// that is refused, or that takes a path of its own (a reply to a waiting
-// request, an id the publisher chose), is answered alone, after the ones
-// admitted before it are appended. It returns one Published per message.
+// cover them, and on the memory store one lock covers each run of up to
+// memoryBatch; their sequences follow their order in msgs, and the
+// encoding of each one that transports send (its Result's, its
+// deliveries') is made from its stored envelope rather than encoded
+// again. A message that is refused, or that takes a path of its own (a
+// reply to a waiting request, an id the publisher chose), is answered
+// alone, after the ones admitted before it are appended, so the audit
+// log records the batch as it would the same messages published one
+// after another (on the memory store; a durable store's batch records a
+// duplicate after the batch's acceptances). It returns one Published
+// per message.
 func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []Published {
 	out := make([]Published, len(msgs))
-	ba, ok := e.store.(store.BatchAppender)
-	if _, chains := e.store.(store.AuditChainer); !ok || !chains || len(msgs) < 2 {
+	appendBatch, most := e.batchAppender()
+	if appendBatch == nil || len(msgs) < 2 {
 		for i, m := range msgs {
 			out[i].Result, out[i].Err = e.Publish(ctx, c, m)
 		}
 		return out
 	}
+	sc := batchPool.Get().(*batchScratch)
+	defer sc.release()
 	var (
-		held      []*Admission
-		at        []int
 		start     = e.since()
 		byPublish []bool // the messages Publish answered (and observed) itself
 	)
@@ -48,43 +57,31 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 	}
 	release := func(a *Admission) { *a = Admission{}; admissionPool.Put(a) }
 	flush := func() {
-		if len(held) == 0 {
-			return
-		}
-		sms := make([]store.Message, 0, len(held))
-		accs := make([]store.AuditRecord, 0, len(held))
-		bps := make([]*[]byte, 0, len(held))
-		k := 0 // the held messages that fit their subjects' maxBytes
-		for j, a := range held {
-			sm, acc, bp := e.toStore(a)
-			if err := e.tooLarge(ctx, a, len(sm.Body)); err != nil {
-				*bp = sm.Body[:0]
-				bodyPool.Put(bp)
-				out[at[j]].Err = err
-				release(a)
-				continue
+		for len(sc.held) > 0 {
+			start := e.since()
+			res := appendBatch(ctx, sc.res, sc.sms, sc.accs)
+			e.committed(CommitMessages, len(res), start)
+			after := e.afterAppend.Load()
+			for j, r := range res {
+				h, sm := &sc.held[j], &sc.sms[j]
+				if after != nil && r.Err == nil && !r.Dup {
+					(*after)(r.Stored)
+				}
+				o := &out[h.at]
+				o.Result, o.Err = e.accepted(ctx, h.a, sc.accs[j], sm.Body, r.Stored, r.Dup, true, r.Err)
+				if o.Err == errIDTaken {
+					o.Err = e.idTaken(ctx, h.a)
+				}
+				*h.bp = sm.Body[:0]
+				bodyPool.Put(h.bp)
+				release(h.a)
 			}
-			held[k], at[k] = a, at[j]
-			sms, accs, bps = append(sms, sm), append(accs, acc), append(bps, bp)
-			k++
+			// The store took res's messages: the rest (after a duplicate
+			// it answered first) go on in a batch of their own.
+			sc.drop(len(res))
+			clear(res)
+			sc.res = res[:0]
 		}
-		if held, at = held[:k], at[:k]; k == 0 {
-			return
-		}
-		start := e.since()
-		res := ba.AppendAcceptedBatch(ctx, sms, accs)
-		e.committed(CommitMessages, len(sms), start)
-		for j, a := range held {
-			*bps[j] = sms[j].Body[:0]
-			bodyPool.Put(bps[j])
-			r := res[j]
-			out[at[j]].Result, out[at[j]].Err = e.accepted(ctx, a, accs[j], r.Stored, r.Dup, true, r.Err)
-			if out[at[j]].Err == errIDTaken {
-				out[at[j]].Err = e.idTaken(ctx, a)
-			}
-			release(a)
-		}
-		held, at = held[:0], at[:0]
 	}
 	defer flush()
 	for i, in := range msgs {
@@ -106,13 +103,106 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			continue
 		}
 		if gate, v, ok := e.judge(ctx, e.gates, a); !ok {
+			flush() // its refusal is recorded after the acceptances before it
 			out[i].Err = e.refuse(ctx, a, gate, v)
 			release(a)
 			continue
 		}
-		held, at = append(held, a), append(at, i)
+		sm, acc, bp := e.toStore(a)
+		if s := a.subj; s.maxBytes != 0 && len(sm.Body) > s.maxBytes {
+			flush() // as above
+			out[i].Err = e.tooLarge(ctx, a, len(sm.Body))
+			*bp = sm.Body[:0]
+			bodyPool.Put(bp)
+			release(a)
+			continue
+		}
+		sc.held = append(sc.held, heldMessage{a: a, at: i, bp: bp})
+		sc.sms, sc.accs = append(sc.sms, sm), append(sc.accs, acc)
+		if len(sc.held) == most {
+			flush()
+		}
 	}
 	return out
+}
+
+// heldMessage is a message of PublishBatch that the gates admitted,
+// waiting to be appended with the others.
+type heldMessage struct {
+	a  *Admission
+	at int     // its index in the batch
+	bp *[]byte // its stored body's buffer, back to bodyPool once answered
+}
+
+// batchScratch holds the messages PublishBatch has admitted and not yet
+// appended: held[i] is the one stored as sms[i], accepted as accs[i].
+// PublishBatch calls reuse them (batchPool), so that a batch costs no
+// allocation per message for them.
+type batchScratch struct {
+	held []heldMessage
+	sms  []store.Message
+	accs []store.AuditRecord
+	res  []store.Appended // the store's answers, for a store that appends to it
+}
+
+// memoryBatch is how many admitted messages PublishBatch holds at most
+// before it appends them to the memory store: few, so that the first
+// ones are delivered (and a reader of the store finds them cached) while
+// the rest are judged, where a durable store's batch shares one write.
+const memoryBatch = 16
+
+var batchPool = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// drop removes the first n messages.
+func (sc *batchScratch) drop(n int) {
+	k := copy(sc.held, sc.held[n:])
+	copy(sc.sms, sc.sms[n:])
+	copy(sc.accs, sc.accs[n:])
+	clear(sc.held[k:])
+	clear(sc.sms[k:])
+	clear(sc.accs[k:])
+	sc.held, sc.sms, sc.accs = sc.held[:k], sc.sms[:k], sc.accs[:k]
+}
+
+// release returns sc, emptied, to batchPool; one grown past
+// maxBatchScratch messages is left to the collector.
+func (sc *batchScratch) release() {
+	if cap(sc.held) > maxBatchScratch {
+		return
+	}
+	sc.drop(len(sc.held))
+	batchPool.Put(sc)
+}
+
+// maxBatchScratch is the most messages a batchScratch pooled keeps room
+// for.
+const maxBatchScratch = 1024
+
+// batchAppender returns how the engine's store appends a batch of
+// admitted messages with their acceptance records (as appendAccepted
+// appends one), and the most messages a batch holds (0: no bound), or nil
+// when it appends them one by one: in one durable write on a store that
+// keeps the records itself (store.BatchAppender with
+// store.AuditChainer); under one lock, the records queued for the auditor
+// in their places, on the memory store itself (not a type that embeds it
+// to change its Append, which would be passed by). The store may take
+// fewer messages than it is given, a prefix of them: the caller answers
+// those and hands it the rest again. dst is a buffer the memory store
+// appends its answers to.
+func (e *Engine) batchAppender() (appendBatch func(ctx context.Context, dst []store.Appended, ms []store.Message, accepted []store.AuditRecord) []store.Appended, most int) {
+	if ba, ok := e.store.(store.BatchAppender); ok {
+		if _, ok := e.store.(store.AuditChainer); ok {
+			return func(ctx context.Context, _ []store.Appended, ms []store.Message, accs []store.AuditRecord) []store.Appended {
+				return ba.AppendAcceptedBatch(ctx, ms, accs)
+			}, 0
+		}
+	}
+	if ms, ok := e.store.(*memory.Store); ok {
+		return func(ctx context.Context, dst []store.Appended, sms []store.Message, accs []store.AuditRecord) []store.Appended {
+			return ms.AppendAcceptedBatchTo(ctx, dst, sms, accs, &e.auditor)
+		}, memoryBatch
+	}
+	return nil, 0
 }
 
 // admissible refuses any publish while the audit log cannot be written,

@@ -104,8 +104,8 @@ func TestPublishBatchAgreesWithPublish(t *testing.T) {
 	require.Empty(t, accepted, "every accepted message has its record")
 }
 
-// TestPublishBatchOnMemory: on a store without batch appends every
-// message is published alone, with the same answers.
+// TestPublishBatchOnMemory: on the memory store a batch is answered as
+// the same messages published one by one.
 func TestPublishBatchOnMemory(t *testing.T) {
 	f := newFixture(t)
 	s := f.connect("checkout-token", "payments.authorize")

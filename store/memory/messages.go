@@ -25,7 +25,13 @@ type messageLog struct {
 	hash hasher
 	// spares are the chunks the logs prepare beside the appends.
 	spares spares
+	// accepted is AppendAcceptedBatchTo's buffer for the records it hands
+	// over, kept for the next batch (up to maxAcceptedBuf records).
+	accepted []store.AuditRecord
 }
+
+// maxAcceptedBuf is the most records messageLog.accepted keeps room for.
+const maxAcceptedBuf = 1024
 
 func (l *messageLog) init(grace time.Duration) {
 	l.subjects = make(map[string]*subjectLog)
@@ -39,6 +45,7 @@ func (l *messageLog) release() {
 	l.logs = nil
 	l.ids = index{}
 	l.idem = idempotency{}
+	l.accepted = nil
 }
 
 // holdsID tells whether the message at loc, still in its log, has the id
@@ -102,18 +109,102 @@ func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRec
 		return store.Message{}, false, err
 	}
 	l := &s.msgs
-	var idHash, keyHash uint64 // hashed before locking: the lock is all appends'
+	idHash, keyHash := l.hashes(&m) // hashed before locking: the lock is all appends'
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return store.Message{}, false, err
+	}
+	if orig, dup := l.appendLocked(&m, idHash, keyHash); dup {
+		return orig, true, nil
+	}
+	if q != nil {
+		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, strconv.FormatUint(m.Seq, 10)
+		q.QueueAudit(*acc)
+	}
+	return m, false, nil
+}
+
+// AppendAcceptedBatchTo is AppendAcceptedTo for each of ms in order,
+// accepted[i] being the acceptance record of ms[i], under one lock: a
+// message's sequence is below the next one's on its subject, and a message
+// whose idempotency key an earlier one of the batch claimed is a duplicate
+// of it. It stops after the first duplicate and returns the outcomes of
+// the messages it took, ms[:len(result)], so that the caller answers that
+// duplicate before it appends the rest; on error (the context done, the
+// store closed) it takes every message and refuses each. The records of
+// the stored messages, completed as AppendAcceptedTo completes them, are
+// handed to q in one call before any reader of the store can see those
+// messages; the caller's accepted is not changed. q is called under the
+// lock of every append: it must be brief, must not call the store, and
+// must copy the records, whose slice the store reuses. The outcomes are
+// appended to dst[:0] (a caller's buffer, reused: nil is fine).
+func (s *Store) AppendAcceptedBatchTo(ctx context.Context, dst []store.Appended, ms []store.Message, accepted []store.AuditRecord, q interface{ QueueAudits([]store.AuditRecord) }) []store.Appended {
+	out := append(dst[:0], make([]store.Appended, len(ms))...)
+	fail := func(err error) []store.Appended {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	l := &s.msgs
+	var small [2 * 64]uint64
+	hs := small[:0]
+	if 2*len(ms) > len(small) {
+		hs = make([]uint64, 0, 2*len(ms))
+	}
+	for i := range ms { // hashed before locking, as append does
+		id, key := l.hashes(&ms[i])
+		hs = append(hs, id, key)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return fail(err)
+	}
+	recs := l.accepted[:0]
+	n := len(ms)
+	for i := range ms {
+		m := ms[i]
+		if orig, dup := l.appendLocked(&m, hs[2*i], hs[2*i+1]); dup {
+			out[i] = store.Appended{Stored: orig, Dup: true}
+			n = i + 1
+			break
+		}
+		out[i].Stored = m
+		acc := accepted[i]
+		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, strconv.FormatUint(m.Seq, 10)
+		recs = append(recs, acc)
+	}
+	if len(recs) > 0 {
+		q.QueueAudits(recs)
+	}
+	clear(recs) // q copied them: hold none of their strings
+	if cap(recs) <= maxAcceptedBuf {
+		l.accepted = recs[:0]
+	}
+	return out[:n]
+}
+
+// hashes returns the hashes of m's id and idempotency key, 0 for either
+// that is empty.
+func (l *messageLog) hashes(m *store.Message) (idHash, keyHash uint64) {
 	if m.ID != "" {
 		idHash = l.hash.string(m.ID)
 	}
 	if m.IdemKey != "" {
 		keyHash = l.hash.string(m.IdemKey)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.checkClosed(); err != nil {
-		return store.Message{}, false, err
-	}
+	return idHash, keyHash
+}
+
+// appendLocked is the step of Append under the lock: it returns the
+// original when m's idempotency key is claimed (dup), and otherwise
+// stores m, setting its Seq. idHash and keyHash are hashes's.
+func (l *messageLog) appendLocked(m *store.Message, idHash, keyHash uint64) (orig store.Message, dup bool) {
 	now := stampOf(m.Time)
 	if m.ID != "" {
 		// Read the id's slot now, so that its cache miss overlaps the one
@@ -122,22 +213,18 @@ func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRec
 	}
 	if m.IdemKey != "" {
 		if orig, ok := l.claim(keyHash, m.IdemKey, now); ok {
-			return orig, true, nil
+			return orig, true
 		}
 	}
 	sl := l.subject(m.Subject)
 	m.Seq = sl.last() + 1
-	sl.push(&m, &l.spares)
+	sl.push(m, &l.spares)
 	loc := msgLoc{log: sl.num, seq: m.Seq}
 	if m.ID != "" {
 		l.ids.put(idHash, m.ID, loc, l.holdsID)
 	}
-	l.addClaim(&m, keyHash, loc, now)
-	if q != nil {
-		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, strconv.FormatUint(m.Seq, 10)
-		q.QueueAudit(*acc)
-	}
-	return m, false, nil
+	l.addClaim(m, keyHash, loc, now)
+	return store.Message{}, false
 }
 
 // Read returns copies of up to max messages of subject with Seq >= from, in
