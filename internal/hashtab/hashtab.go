@@ -16,12 +16,23 @@
 // twice) each get a slot; a lookup visits every candidate and the caller
 // confirms the one it wants against the key it hashed.
 //
+// The slots a table grows into are fresh memory: the first write to each
+// page costs a page fault (a first read costs one too, and the write after
+// it another). A caller that inserts millions may have the next table made
+// beside its inserts: SpareWanted tells when the table is close to growing
+// and what size it will want, NewSpare makes that many slots and writes
+// into each of their pages (call it on a goroutine of its own), and
+// SetSpare hands them to the table, which grows into them.
+//
 // A Table is not safe for concurrent use; Lookup, At, Touch and Len do
 // not change it, so they may run concurrently with each other. The zero
 // Table is empty and ready to use.
 package hashtab
 
-import "math/bits"
+import (
+	"math/bits"
+	"unsafe"
+)
 
 // Table is the multi-map. See the package doc.
 type Table[V any] struct {
@@ -38,7 +49,13 @@ type Table[V any] struct {
 	oldN  int
 	start int
 	done  int
+
+	// spare is the slots the next grow takes, when SetSpare gave them.
+	spare []slot[V]
 }
+
+// Spare is the slots of a table made ahead of its growth: see NewSpare.
+type Spare[V any] struct{ slots []slot[V] }
 
 type slot[V any] struct {
 	h uint64 // 0 marks an empty slot
@@ -47,6 +64,10 @@ type slot[V any] struct {
 
 // minSlots is the size of a table's first allocation.
 const minSlots = 1024
+
+// spareFrom is the fewest slots a table must want when it next grows for
+// SpareWanted to ask for a spare: below it the faults are too few to matter.
+const spareFrom = 1 << 15
 
 // moveStep is the fewest slots of the old table an insert moves (then on
 // to the end of the cluster it is in). The old table holds at most 80% of
@@ -96,6 +117,31 @@ func (t *Table[V]) Insert(h uint64, v V) {
 	t.n++
 }
 
+// FindOrInsert returns the slot of a value stored under h, any of them,
+// when there is one (found); otherwise it inserts v under h and returns
+// its slot. It is Lookup with a match that takes any value, followed by
+// Insert when that finds none, in one probe. The slot is valid until the
+// table next changes.
+func (t *Table[V]) FindOrInsert(h uint64, v V) (i int, found bool) {
+	h = fix(h)
+	if t.old == nil && (t.n+1)*5 <= len(t.slots)*4 {
+		s := t.slots
+		for i = home(s, h); s[i].h != 0; i = next(s, i) {
+			if s[i].h == h {
+				return i, true
+			}
+		}
+		s[i] = slot[V]{h, v}
+		t.n++
+		return i, false
+	}
+	if i = t.Lookup(h, func(*V) bool { return true }); i >= 0 {
+		return i, true
+	}
+	t.Insert(h, v)
+	return t.Lookup(h, func(*V) bool { return true }), false
+}
+
 // put stores v under h in the first free slot of its probe in slots.
 func put[V any](slots []slot[V], h uint64, v V) {
 	i := home(slots, h)
@@ -118,7 +164,11 @@ func (t *Table[V]) grow() {
 	if t.old != nil {
 		t.move(len(t.old))
 	}
-	bigger := make([]slot[V], max(minSlots, len(t.slots)*2))
+	bigger := t.spare
+	if want := t.nextSize(); len(bigger) != want {
+		bigger = make([]slot[V], want)
+	}
+	t.spare = nil
 	if t.n == 0 {
 		t.slots = bigger
 		return
@@ -129,6 +179,46 @@ func (t *Table[V]) grow() {
 	}
 	t.old, t.oldN, t.start, t.done = t.slots, t.n, start, 0
 	t.slots, t.n = bigger, 0
+}
+
+// nextSize is how many slots the table has once it next grows.
+func (t *Table[V]) nextSize() int { return max(minSlots, len(t.slots)*2) }
+
+// SpareWanted returns how many slots the table will want when it next
+// grows, once it is 75% full (it grows at 80%) and has no spare, and when
+// that is at least spareFrom slots; 0 otherwise. See NewSpare. A table
+// given a spare holds it until it grows, or until Reserve or KeepOnly
+// remakes it.
+func (t *Table[V]) SpareWanted() int {
+	if t.spare != nil || len(t.slots) < spareFrom/2 || t.Len()*4 < len(t.slots)*3 {
+		return 0
+	}
+	return t.nextSize()
+}
+
+// NewSpare makes n slots for a table to grow into and writes into each of
+// their pages, so that the table's inserts find them mapped. It does not
+// touch any table: call it away from the inserts, then hand its result to
+// SetSpare.
+func NewSpare[V any](n int) *Spare[V] {
+	s := make([]slot[V], n)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), uintptr(n)*unsafe.Sizeof(slot[V]{}))
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 0
+	}
+	return &Spare[V]{slots: s}
+}
+
+// pageSize is the step at which NewSpare writes: the smallest page size of
+// the systems Go runs on.
+const pageSize = 4096
+
+// SetSpare gives the table s's slots to grow into, when they are as many
+// as its next growth wants (SpareWanted); otherwise it drops them.
+func (t *Table[V]) SetSpare(s *Spare[V]) {
+	if s != nil && len(s.slots) == t.nextSize() {
+		t.spare = s.slots
+	}
 }
 
 // move moves at least k slots of the old table, then on to the next empty

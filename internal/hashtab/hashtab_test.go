@@ -141,6 +141,73 @@ func TestGrowsIncrementally(t *testing.T) {
 	}
 }
 
+// TestFindOrInsert: FindOrInsert finds a value already stored under a hash
+// (in the new table or, mid-growth, the old one) and inserts otherwise,
+// as Lookup then Insert would; the slot it returns holds that value.
+func TestFindOrInsert(t *testing.T) {
+	var tab Table[uint64]
+	ref := map[uint64]uint64{}
+	r := rand.New(rand.NewPCG(3, 4))
+	sawOld := false
+	for step := range 20_000 {
+		h := r.Uint64N(8_000) + 1
+		if step%3 == 0 {
+			h = 0 // stored as 1: the empty mark
+		}
+		sawOld = sawOld || tab.old != nil
+		i, found := tab.FindOrInsert(h, uint64(step))
+		want, had := ref[fix(h)]
+		require.Equal(t, had, found, "step %d", step)
+		if had {
+			require.Equal(t, want, *tab.At(i), "step %d", step)
+			continue
+		}
+		require.Equal(t, uint64(step), *tab.At(i), "step %d", step)
+		ref[fix(h)] = uint64(step)
+		require.Equal(t, len(ref), tab.Len())
+	}
+	require.True(t, sawOld, "some calls came while the table grew")
+	for h, v := range ref {
+		require.Equal(t, []uint64{v}, values(&tab, h))
+	}
+}
+
+// TestSpare: a table close to growing asks for a spare of the size it will
+// grow to, and grows into the spare it is given, whose pages are already
+// written; a spare of another size is dropped, and a small table asks for
+// none.
+func TestSpare(t *testing.T) {
+	var tab Table[uint64]
+	h := func(v uint64) uint64 { return v * 0x9E3779B97F4A7C15 }
+	n := uint64(0)
+	for tab.SpareWanted() == 0 {
+		n++
+		tab.Insert(h(n), n)
+		if tab.Cap() < spareFrom/2 {
+			require.Zero(t, tab.SpareWanted(), "a small table wants no spare")
+		}
+	}
+	require.Equal(t, 2*tab.Cap(), tab.SpareWanted())
+	require.GreaterOrEqual(t, tab.Len()*4, tab.Cap()*3, "asked for at 75%")
+	require.Less(t, tab.Len()*5, tab.Cap()*4, "before the table grows")
+
+	tab.SetSpare(NewSpare[uint64](tab.Cap())) // not the size it grows to
+	require.Nil(t, tab.spare)
+	spare := NewSpare[uint64](tab.SpareWanted())
+	tab.SetSpare(spare)
+	require.Zero(t, tab.SpareWanted(), "it has one")
+	cap0 := tab.Cap()
+	for tab.Cap() == cap0 {
+		n++
+		tab.Insert(h(n), n)
+	}
+	require.Same(t, &spare.slots[0], &tab.slots[0], "the table grew into the spare")
+	require.Nil(t, tab.spare)
+	for v := uint64(1); v <= n; v++ {
+		require.Equal(t, []uint64{v}, values(&tab, h(v)))
+	}
+}
+
 // BenchmarkInsertWorst is the slowest single insert while a table fills to
 // 4M values: the pause a grow costs whoever triggers it.
 func BenchmarkInsertWorst(b *testing.B) {

@@ -219,3 +219,69 @@ func runOps(t *testing.T, s *Store, ops []randomOp) []any {
 	}
 	return out
 }
+
+// TestLocationsPastThePackedRange: the hash indexes hold a location packed
+// in one word; a message whose sequence does not fit is indexed by its
+// string instead, and nothing a caller can see changes as a subject's
+// sequences cross the bound: ids are found and replaced, keys deduplicate
+// and expire, and trimmed messages leave the indexes.
+func TestLocationsPastThePackedRange(t *testing.T) {
+	ctx := t.Context()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := New(nil)
+	first := uint64(1)<<seqBits - 2
+	s.msgs.subject("a").first = first // as if 2^40 - 3 messages had come and gone
+	add := func(id, key string, d time.Duration) (store.Message, bool) {
+		t.Helper()
+		m, dup, err := s.Append(ctx, store.Message{Subject: "a", ID: id, Time: t0.Add(d), IdemKey: key, IdemExpires: t0.Add(d + 10*time.Second), Body: []byte(id)})
+		require.NoError(t, err)
+		return m, dup
+	}
+	seqOf := func(id string) uint64 {
+		t.Helper()
+		m, err := s.Lookup(ctx, id)
+		if err != nil {
+			require.ErrorIs(t, err, store.ErrNotFound)
+			return 0
+		}
+		require.Equal(t, id, string(m.Body))
+		return m.Seq
+	}
+	for i := range 4 { // sequences 2^40-2 .. 2^40+1: two packed, two not
+		m, dup := add("m"+strconv.Itoa(i), "k"+strconv.Itoa(i), 0)
+		require.False(t, dup)
+		require.Equal(t, first+uint64(i), m.Seq)
+	}
+	require.Len(t, s.msgs.ids.overflow, 2, "the last two go by string")
+	require.Len(t, s.msgs.idem.keys.overflow, 2)
+	for i := range 4 {
+		require.Equal(t, first+uint64(i), seqOf("m"+strconv.Itoa(i)))
+		orig, dup := add("other", "k"+strconv.Itoa(i), time.Second)
+		require.True(t, dup, "key %d", i)
+		require.Equal(t, "m"+strconv.Itoa(i), orig.ID)
+	}
+
+	// An id appended again past the bound moves to overflow, and back into
+	// the hash index from there is never needed: sequences only grow.
+	add("m0", "", 2*time.Second)
+	require.Equal(t, first+4, seqOf("m0"))
+	require.Equal(t, 1, s.msgs.ids.byHash.Len(), "m1 only")
+	require.Len(t, s.msgs.ids.overflow, 3)
+
+	// Trimmed, the messages leave the id index; their keys deduplicate
+	// until they expire, then leave too.
+	n, err := s.TrimThrough(ctx, "a", first+4)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	for i := range 4 {
+		require.Zero(t, seqOf("m"+strconv.Itoa(i)))
+	}
+	require.Zero(t, s.msgs.ids.len())
+	_, dup := add("late", "k3", 3*time.Second)
+	require.True(t, dup, "a trimmed message's key still deduplicates")
+	add("later", "", time.Hour)
+	require.Zero(t, s.IdempotencyEntries(), "expired")
+	require.Empty(t, s.msgs.idem.keys.overflow)
+	require.Empty(t, s.msgs.idem.kept)
+	require.Equal(t, uint64(1)<<seqBits+3, seqOf("later"))
+}

@@ -93,6 +93,7 @@ func (l *messageLog) addClaim(m *store.Message, h uint64, loc msgLoc, now stamp)
 			if old, ok := x.keys.put(h, m.IdemKey, loc, l.holdsKey); ok && len(x.kept) > 0 {
 				delete(x.kept, old)
 			}
+			x.keys.prepare(&l.spares.running)
 			x.expiry.push(expiry{at: expires, hash: h, loc: loc})
 		}
 	}

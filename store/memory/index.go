@@ -2,6 +2,8 @@ package memory
 
 import (
 	"hash/maphash"
+	"sync"
+	"sync/atomic"
 
 	"pigeon/internal/hashtab"
 )
@@ -36,7 +38,8 @@ func (h *hasher) bytes(b []byte) uint64 { return maphash.Bytes(h.seed, b) & h.ma
 // string, and holds no pointer, so it is cheap to grow and the garbage
 // collector never scans it. Two strings may share a hash: every hit is
 // checked against the string the message holds, and a string whose hash is
-// taken by another one goes into overflow, keyed by the string itself.
+// taken by another one goes into overflow, keyed by the string itself, as
+// does one whose location does not pack into byHash's word (packedLoc).
 // Overflow is almost always empty; correctness does not depend on it being
 // so.
 //
@@ -44,16 +47,40 @@ func (h *hasher) bytes(b []byte) uint64 { return maphash.Bytes(h.seed, b) & h.ma
 // whether the message at loc holds s, for every loc the index holds: an
 // index must be kept free of locations of messages that are gone.
 type index struct {
-	byHash   hashtab.Table[msgLoc] // at most one slot per hash
+	byHash   hashtab.Table[packedLoc] // at most one slot per hash
 	overflow map[string]msgLoc
 	touched  uint64 // what prefetch read, so that the read stays
+	// next is the table byHash grows into next while it is made (prepare),
+	// nil otherwise.
+	next *spareTable
 }
 
 func newIndex() index { return index{} }
 
 func (x *index) len() int { return x.byHash.Len() + len(x.overflow) }
 
-func anyLoc(*msgLoc) bool { return true }
+func anyLoc(*packedLoc) bool { return true }
+
+// packedLoc is a msgLoc in one word, as byHash holds it (a slot of 16
+// bytes rather than 24): the log's number in the bits above seqBits, the
+// sequence in those below. A location that does not fit, in a store of
+// more than 2^24 subjects or a subject past 2^40 messages, is indexed in
+// overflow by its string, as a string whose hash is taken is.
+type packedLoc uint64
+
+const seqBits = 40
+
+// pack returns loc packed, and whether it fits.
+func pack(loc msgLoc) (packedLoc, bool) {
+	if loc.log >= 1<<(64-seqBits) || loc.seq >= 1<<seqBits {
+		return 0, false
+	}
+	return packedLoc(uint64(loc.log)<<seqBits | loc.seq), true
+}
+
+func (p packedLoc) loc() msgLoc {
+	return msgLoc{log: uint32(p >> seqBits), seq: uint64(p) & (1<<seqBits - 1)}
+}
 
 // hashed returns the slot of hash h, or -1.
 func (x *index) hashed(h uint64) int { return x.byHash.Lookup(h, anyLoc) }
@@ -61,7 +88,7 @@ func (x *index) hashed(h uint64) int { return x.byHash.Lookup(h, anyLoc) }
 // hashedLoc returns the message whose string has hash h in byHash.
 func (x *index) hashedLoc(h uint64) (msgLoc, bool) {
 	if i := x.hashed(h); i >= 0 {
-		return *x.byHash.At(i), true
+		return x.byHash.At(i).loc(), true
 	}
 	return msgLoc{}, false
 }
@@ -85,15 +112,25 @@ func (x *index) get(h uint64, s string, holds func(msgLoc, string) bool) (msgLoc
 func (x *index) prefetch(h uint64) { x.touched ^= x.byHash.Touch(h) }
 
 // put makes loc the message holding s, whose hash is h, and returns the
-// one that held it before, if any.
+// one that held it before, if any. It probes byHash once: the hash's slot
+// when it is taken, or the one loc goes into.
 func (x *index) put(h uint64, s string, loc msgLoc, holds func(msgLoc, string) bool) (old msgLoc, replaced bool) {
-	i := x.hashed(h)
-	taken := i >= 0
-	var cur msgLoc
-	if taken {
-		cur = *x.byHash.At(i)
+	p, fits := pack(loc)
+	if !fits {
+		return x.putOverflow(h, s, loc, holds)
 	}
-	if taken && !holds(cur, s) {
+	i, taken := x.byHash.FindOrInsert(h, p)
+	if !taken {
+		// s may have gone to overflow while another string had the hash.
+		if len(x.overflow) > 0 {
+			if old, replaced = x.overflow[s]; replaced {
+				delete(x.overflow, s)
+			}
+		}
+		return old, replaced
+	}
+	cur := x.byHash.At(i).loc()
+	if !holds(cur, s) {
 		// The hash is another string's: s goes to overflow.
 		if x.overflow == nil {
 			x.overflow = make(map[string]msgLoc)
@@ -102,24 +139,67 @@ func (x *index) put(h uint64, s string, loc msgLoc, holds func(msgLoc, string) b
 		x.overflow[s] = loc
 		return old, replaced
 	}
-	if taken {
-		*x.byHash.At(i) = loc
-		return cur, true
-	}
-	x.byHash.Insert(h, loc)
-	// s may have gone to overflow while another string had the hash.
-	if len(x.overflow) > 0 {
-		if old, replaced = x.overflow[s]; replaced {
-			delete(x.overflow, s)
+	*x.byHash.At(i) = p
+	return cur, true
+}
+
+// putOverflow is put for a loc that byHash cannot hold: s leaves byHash,
+// when it is there, for overflow.
+func (x *index) putOverflow(h uint64, s string, loc msgLoc, holds func(msgLoc, string) bool) (old msgLoc, replaced bool) {
+	if i := x.hashed(h); i >= 0 {
+		if cur := x.byHash.At(i).loc(); holds(cur, s) {
+			x.byHash.RemoveAt(i)
+			old, replaced = cur, true
 		}
 	}
+	if x.overflow == nil {
+		x.overflow = make(map[string]msgLoc)
+	}
+	if cur, ok := x.overflow[s]; ok {
+		old, replaced = cur, true
+	}
+	x.overflow[s] = loc
 	return old, replaced
+}
+
+// prepare has the table byHash next grows into made beside the appends
+// once byHash is close to growing (hashtab.Table.SpareWanted), on a
+// goroutine of its own that running counts, and hands it over once made.
+// Call it with the log's lock held, after a put.
+func (x *index) prepare(running *sync.WaitGroup) {
+	if x.next != nil {
+		if sp := x.next.ready.Load(); sp != nil {
+			x.byHash.SetSpare(sp)
+			x.next = nil
+		}
+		return
+	}
+	n := x.byHash.SpareWanted()
+	if n == 0 {
+		return
+	}
+	next := new(spareTable)
+	x.next = next
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		next.ready.Store(hashtab.NewSpare[packedLoc](n))
+	}()
+}
+
+// spareTable is a table being made for an index to grow into.
+type spareTable struct {
+	ready atomic.Pointer[hashtab.Spare[packedLoc]] // nil until made
 }
 
 // dropHashed removes the string whose hash is h when loc holds it there, and
 // tells whether it did. A string in overflow needs dropString.
 func (x *index) dropHashed(h uint64, loc msgLoc) bool {
-	if i := x.hashed(h); i >= 0 && *x.byHash.At(i) == loc {
+	p, fits := pack(loc)
+	if !fits {
+		return false
+	}
+	if i := x.hashed(h); i >= 0 && *x.byHash.At(i) == p {
 		x.byHash.RemoveAt(i)
 		return true
 	}

@@ -20,7 +20,10 @@
 // the last one is made on a short-lived goroutine of its own while the
 // last one fills, and the pages it is expected to fill touched there, so
 // that Append copies into memory that is already mapped; the spares a store holds at once are
-// bounded, and Close waits for the one being made.
+// bounded, and Close waits for the one being made. The hash tables of the
+// id and idempotency key indexes are made ahead the same way: once one is
+// 75% full, the table it grows into is made and its pages written on a
+// goroutine of its own, and handed over before it is needed.
 //
 // Message ids and idempotency keys are indexed by a 64-bit hash of the
 // string (hash/maphash, seeded per store) that maps to the number of a

@@ -222,6 +222,7 @@ func (l *messageLog) appendLocked(m *store.Message, idHash, keyHash uint64) (ori
 	loc := msgLoc{log: sl.num, seq: m.Seq}
 	if m.ID != "" {
 		l.ids.put(idHash, m.ID, loc, l.holdsID)
+		l.ids.prepare(&l.spares.running)
 	}
 	l.addClaim(m, keyHash, loc, now)
 	return store.Message{}, false

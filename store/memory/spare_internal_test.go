@@ -91,3 +91,50 @@ func TestSpareBounds(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrClosed)
 	})
 }
+
+// TestIndexTablesArePreparedAhead: once the id index or the claims table is
+// close to growing, the table it grows into is made on a goroutine of its
+// own and handed over on a later append; the index grows into it, and
+// every id and key is found as before. Close waits for a table being made.
+func TestIndexTablesArePreparedAhead(t *testing.T) {
+	s := New(nil)
+	ctx := t.Context()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	n := 0
+	add := func() {
+		id := strconv.Itoa(n)
+		_, dup, err := s.Append(ctx, store.Message{Subject: "a", ID: "m" + id, Time: t0, IdemKey: "k" + id, IdemExpires: t0.Add(time.Hour)})
+		require.NoError(t, err)
+		require.False(t, dup)
+		n++
+	}
+	l := &s.msgs
+	for l.ids.next == nil || l.idem.keys.next == nil {
+		add()
+	}
+	ids, keys := l.ids.next, l.idem.keys.next
+	require.Eventually(t, func() bool { return ids.ready.Load() != nil && keys.ready.Load() != nil }, 10*time.Second, time.Millisecond)
+	add()
+	require.Nil(t, l.ids.next, "handed over")
+	require.Nil(t, l.idem.keys.next)
+	require.Zero(t, l.ids.byHash.SpareWanted(), "the index holds it")
+	cap0 := l.ids.byHash.Cap()
+	for l.ids.byHash.Cap() == cap0 {
+		add()
+	}
+	require.Equal(t, 2*cap0, l.ids.byHash.Cap(), "grown to the prepared size")
+	for i := range n {
+		m, err := s.Lookup(ctx, "m"+strconv.Itoa(i))
+		require.NoError(t, err)
+		require.Equal(t, "k"+strconv.Itoa(i), m.IdemKey)
+	}
+	orig, dup, err := s.Append(ctx, store.Message{Subject: "a", ID: "again", Time: t0, IdemKey: "k7", IdemExpires: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.True(t, dup)
+	require.Equal(t, "m7", orig.ID)
+
+	for l.ids.next == nil {
+		add()
+	}
+	require.NoError(t, s.Close(context.Background()), "waits for the table being made")
+}
