@@ -63,16 +63,23 @@ func (r *Result) AppendMessageJSON(b []byte) []byte {
 // AppendBriefJSON appends the encoding of the result's message as
 // AppendMessageJSON does, without its "data" member when Status is
 // StatusAccepted: the data of a message just accepted is byte for byte the
-// data its publisher sent ({} when it sent none), so an answer to the
-// publisher need not carry it back. A duplicate's message is the
-// original, whose data may differ, and is appended whole.
+// data its publisher sent, without the spacing around it ({} when it sent
+// none), so an answer to the publisher need not carry it back. A
+// duplicate's message is the original, whose data may differ, and is
+// appended whole.
 func (r *Result) AppendBriefJSON(b []byte) []byte {
 	start := len(b)
 	b = r.AppendMessageJSON(b)
 	if r.Status != StatusAccepted {
 		return b
 	}
-	return cutData(b, start, r.Message.Data)
+	n := len(b)
+	if b = cutData(b, start, r.Message.Data); len(b) != n {
+		return b
+	}
+	// Sent with spacing around it, the data is encoded as the value
+	// alone (prepare).
+	return cutData(b, start, valueText(r.Message.Data))
 }
 
 // cutData removes the "data" member, whose value is data, from the
@@ -310,6 +317,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		// it, and the publisher, the WebSocket server, only encodes its
 		// result, which may therefore share it.
 		a.Data, a.sent, a.dataNames, a.dataExact = pre.Value, m.Data, pre.Names, pre.Exact
+		m.Data = valueText(m.Data) // as below
 	} else if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data, a.dataExact = map[string]any{}, true
@@ -319,7 +327,11 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		// From here on the data is the decoder's copy: the gates judge it,
 		// the store keeps it and subscribers get it, whatever the
 		// publisher does with its own bytes meanwhile.
-		a.Data, a.sent, m.Data, a.dataExact = doc.Value, m.Data, doc.Text, doc.Exact
+		// What is judged, stored and sent is the value alone, without
+		// the spacing around it, which an envelope read back from the
+		// store (a delivery the recent cache misses) does not keep: every
+		// receiver is then sent the same bytes.
+		a.Data, a.sent, m.Data, a.dataExact = doc.Value, m.Data, valueText(doc.Text), doc.Exact
 	}
 	if a.dataErr == "" && !m.ValidText() {
 		a.dataCode, a.dataErr = CodeInvalidUTF8, "an envelope field is not valid UTF-8"
@@ -332,6 +344,21 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		a.idemKey = a.subj.idempotencyKey(m, a.Data)
 	}
 }
+
+// valueText is data, one JSON value, without the JSON whitespace
+// (space, tab, line feed, carriage return) around it.
+func valueText(data json.RawMessage) json.RawMessage {
+	i, j := 0, len(data)
+	for i < j && isJSONSpace(data[i]) {
+		i++
+	}
+	for j > i && isJSONSpace(data[j-1]) {
+		j--
+	}
+	return data[i:j:j]
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // sameText reports whether a and b are the same bytes in memory.
 func sameText(a, b []byte) bool {
@@ -545,6 +572,9 @@ func acceptedJSON(body []byte, m *Message) []byte {
 		return nil
 	}
 	head := body[:len(body)-len(tail)]
+	if !endsBeforeIDs(head, m) {
+		return nil
+	}
 	b := make([]byte, 0, len(body)+len(`,"sequence":`)+20+len(`,"acceptedAt":""`)+len(m.AcceptedAt))
 	b = append(b, head...)
 	b = append(b, `,"sequence":`...)
@@ -552,6 +582,47 @@ func acceptedJSON(body []byte, m *Message) []byte {
 	b = append(b, tail[:ids]...)
 	b = appendField(b, "acceptedAt", m.AcceptedAt)
 	return append(b, tail[ids:]...)
+}
+
+// endsBeforeIDs reports whether head, a stored envelope up to its ids,
+// ends with the member m's encoding writes last before them (its
+// signature, reason, correlationId, replyTo or data): a stored envelope
+// with an id that m lacks ends with that id instead, and is not m's. The
+// member's quotes are the envelope's own (inside a string every quote is
+// escaped, and data is one JSON value), so it is the envelope's member
+// and not text that reads as one.
+func endsBeforeIDs(head []byte, m *Message) bool {
+	var buf [128]byte
+	scratch, last := buf[:0], []byte(nil)
+	switch {
+	case m.Signature != nil:
+		s := m.Signature
+		last = append(scratch, `,"signature":{"kid":`...)
+		last = jsontext.AppendString(last, s.KID)
+		last = appendField(last, "alg", s.Alg)
+		last = appendField(last, "sig", s.Sig)
+		if s.V != 0 {
+			last = append(last, `,"v":`...)
+			last = strconv.AppendInt(last, int64(s.V), 10)
+		}
+		last = append(last, '}')
+	case m.Reason != "":
+		last = appendField(scratch, "reason", m.Reason)
+	case m.CorrelationID != "":
+		last = appendField(scratch, "correlationId", m.CorrelationID)
+	case m.ReplyTo != "":
+		last = appendField(scratch, "replyTo", m.ReplyTo)
+	default:
+		data := []byte(m.Data)
+		if len(data) == 0 {
+			data = emptyData
+		}
+		if !bytes.HasSuffix(head, data) {
+			return false
+		}
+		return bytes.HasSuffix(head[:len(head)-len(data)], []byte(`,"data":`))
+	}
+	return bytes.HasSuffix(head, last)
 }
 
 // duplicate answers a publish that repeats orig. The original comes back

@@ -2,6 +2,8 @@ package pigeon
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 
 	"pigeon/store"
@@ -28,8 +30,11 @@ type Published struct {
 // alone, after the ones admitted before it are appended, so the audit
 // log records the batch as it would the same messages published one
 // after another (on the memory store; a durable store's batch records a
-// duplicate after the batch's acceptances). It returns one Published
-// per message.
+// duplicate after the batch's acceptances). A message held for the
+// append is checked again just before it: access taken away since the
+// gates judged it (its contract revoked, a role or grant it relied on
+// removed) refuses it as the contract gate now would. It returns one
+// Published per message.
 func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []Published {
 	out := make([]Published, len(msgs))
 	appendBatch, most := e.batchAppender()
@@ -57,9 +62,35 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 	}
 	release := func(a *Admission) { *a = Admission{}; admissionPool.Put(a) }
 	flush := func() {
+		// Access taken away since the gates judged a held message (its
+		// contract revoked, a role or grant it relied on removed) takes
+		// the message too: its append would be a use after the change,
+		// its acceptance recorded after the change's record. It is
+		// refused after the messages held before it are appended, as the
+		// gates' refusals are.
+		allowed := 0 // sc.held[:allowed] are checked again and still allowed
 		for len(sc.held) > 0 {
+			for allowed < len(sc.held) {
+				h := &sc.held[allowed]
+				code, reason := e.stillHeld(ctx, c, h)
+				if code == CodeOK {
+					allowed++
+					continue
+				}
+				if allowed > 0 {
+					break
+				}
+				out[h.at].Err = e.refuse(ctx, h.a, GateContract, Deny(code, reason))
+				*h.bp = sc.sms[0].Body[:0]
+				bodyPool.Put(h.bp)
+				release(h.a)
+				sc.remove(0)
+			}
+			if allowed == 0 {
+				continue // every one left was refused
+			}
 			start := e.since()
-			res := appendBatch(ctx, sc.res, sc.sms, sc.accs)
+			res := appendBatch(ctx, sc.res, sc.sms[:allowed], sc.accs[:allowed])
 			e.committed(CommitMessages, len(res), start)
 			after := e.afterAppend.Load()
 			for j, r := range res {
@@ -79,11 +110,15 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			// The store took res's messages: the rest (after a duplicate
 			// it answered first) go on in a batch of their own.
 			sc.drop(len(res))
+			allowed -= len(res)
 			clear(res)
 			sc.res = res[:0]
 		}
 	}
-	defer flush()
+	// No deferred flush: after a panic (a gate's is recovered, but a
+	// fault of the answer is not) the messages held are dropped, never
+	// appended on the way out, and a run the store took is never handed
+	// to it again.
 	for i, in := range msgs {
 		if in == nil || in.ID != "" {
 			flush()
@@ -102,6 +137,7 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			viaPublish(i)
 			continue
 		}
+		ver := e.dir.version() // before the gates: a change while they judge is looked at again
 		if gate, v, ok := e.judge(ctx, e.gates, a); !ok {
 			flush() // its refusal is recorded after the acceptances before it
 			out[i].Err = e.refuse(ctx, a, gate, v)
@@ -117,21 +153,44 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			release(a)
 			continue
 		}
-		sc.held = append(sc.held, heldMessage{a: a, at: i, bp: bp})
+		sc.held = append(sc.held, heldMessage{a: a, at: i, bp: bp, ver: ver})
 		sc.sms, sc.accs = append(sc.sms, sm), append(sc.accs, acc)
 		if len(sc.held) == most {
 			flush()
 		}
 	}
+	flush()
 	return out
 }
 
 // heldMessage is a message of PublishBatch that the gates admitted,
 // waiting to be appended with the others.
 type heldMessage struct {
-	a  *Admission
-	at int     // its index in the batch
-	bp *[]byte // its stored body's buffer, back to bodyPool once answered
+	a   *Admission
+	at  int     // its index in the batch
+	bp  *[]byte // its stored body's buffer, back to bodyPool once answered
+	ver uint64  // the access directory's version before the gates judged it
+}
+
+// stillHeld checks again, before its append, the contract a held message
+// of c was judged under: CONTRACT_REVOKED once the contract is revoked,
+// and, when the access directory changed since the gates judged it,
+// whatever the contract gate would answer now (a role or grant it relied
+// on removed); CodeOK otherwise. The contract's expiry is judged at the
+// message's admission, as the gates judged it: the store keeps that time.
+func (e *Engine) stillHeld(ctx context.Context, c Caller, h *heldMessage) (Code, string) {
+	con := h.a.contract
+	if con == nil {
+		return CodeOK, "" // no contract gate judged it (none in the chain)
+	}
+	if con.revoked.Load() {
+		return CodeContractRevoked, "the contract was revoked"
+	}
+	if e.dir.version() == h.ver {
+		return CodeOK, ""
+	}
+	_, code, reason := e.checkContractAt(ctx, h.a.contractID, c.Principal, h.a.subj, OpPublish, h.a.Now)
+	return code, reason
 }
 
 // batchScratch holds the messages PublishBatch has admitted and not yet
@@ -164,6 +223,13 @@ func (sc *batchScratch) drop(n int) {
 	sc.held, sc.sms, sc.accs = sc.held[:k], sc.sms[:k], sc.accs[:k]
 }
 
+// remove removes the message at j.
+func (sc *batchScratch) remove(j int) {
+	sc.held = slices.Delete(sc.held, j, j+1)
+	sc.sms = slices.Delete(sc.sms, j, j+1)
+	sc.accs = slices.Delete(sc.accs, j, j+1)
+}
+
 // release returns sc, emptied, to batchPool; one grown past
 // maxBatchScratch messages is left to the collector.
 func (sc *batchScratch) release() {
@@ -171,12 +237,18 @@ func (sc *batchScratch) release() {
 		return
 	}
 	sc.drop(len(sc.held))
+	clear(sc.res[:cap(sc.res)]) // a panic may have left the store's answers there
+	sc.res = sc.res[:0]
 	batchPool.Put(sc)
 }
 
 // maxBatchScratch is the most messages a batchScratch pooled keeps room
 // for.
 const maxBatchScratch = 1024
+
+// errBatchOutcomes is the error of each message of a batch the store
+// answered with other than one outcome per message.
+var errBatchOutcomes = errors.New("the store answered a batch append with outcomes for fewer or more messages than it was given")
 
 // batchAppender returns how the engine's store appends a batch of
 // admitted messages with their acceptance records (as appendAccepted
@@ -193,7 +265,16 @@ func (e *Engine) batchAppender() (appendBatch func(ctx context.Context, dst []st
 	if ba, ok := e.store.(store.BatchAppender); ok {
 		if _, ok := e.store.(store.AuditChainer); ok {
 			return func(ctx context.Context, _ []store.Appended, ms []store.Message, accs []store.AuditRecord) []store.Appended {
-				return ba.AppendAcceptedBatch(ctx, ms, accs)
+				res := ba.AppendAcceptedBatch(ctx, ms, accs)
+				if len(res) != len(ms) {
+					// Not one outcome per message, as BatchAppender
+					// promises: none is known to be stored.
+					res = make([]store.Appended, len(ms))
+					for i := range res {
+						res[i].Err = errBatchOutcomes
+					}
+				}
+				return res
 			}, 0
 		}
 	}
