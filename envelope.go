@@ -298,20 +298,35 @@ func (m *Message) AppendJSON(b []byte) []byte {
 		b = appendField(b, "reason", m.Reason)
 	}
 	if s := m.Signature; s != nil {
-		b = append(b, `,"signature":{"kid":`...)
-		b = jsontext.AppendString(b, s.KID)
-		b = appendField(b, "alg", s.Alg)
-		b = appendField(b, "sig", s.Sig)
-		if s.V != 0 {
-			b = append(b, `,"v":`...)
-			b = strconv.AppendInt(b, int64(s.V), 10)
-		}
-		b = append(b, '}')
+		b = appendSignature(b, s)
 	}
 	if m.Sequence != 0 {
 		b = append(b, `,"sequence":`...)
 		b = strconv.AppendUint(b, m.Sequence, 10)
 	}
+	b = appendIDs(b, m)
+	if m.AcceptedAt != "" {
+		b = appendField(b, "acceptedAt", m.AcceptedAt)
+	}
+	return appendHops(b, m)
+}
+
+// appendSignature appends the "signature" member of AppendJSON.
+func appendSignature(b []byte, s *Signature) []byte {
+	b = append(b, `,"signature":{"kid":`...)
+	b = jsontext.AppendString(b, s.KID)
+	b = appendField(b, "alg", s.Alg)
+	b = appendField(b, "sig", s.Sig)
+	if s.V != 0 {
+		b = append(b, `,"v":`...)
+		b = strconv.AppendInt(b, int64(s.V), 10)
+	}
+	return append(b, '}')
+}
+
+// appendIDs appends the ids AppendJSON writes after "sequence":
+// contractId, subjectId and schemaId, those that are set.
+func appendIDs(b []byte, m *Message) []byte {
 	if m.ContractID != "" {
 		b = appendField(b, "contractId", m.ContractID)
 	}
@@ -321,9 +336,12 @@ func (m *Message) AppendJSON(b []byte) []byte {
 	if m.SchemaID != "" {
 		b = appendField(b, "schemaId", m.SchemaID)
 	}
-	if m.AcceptedAt != "" {
-		b = appendField(b, "acceptedAt", m.AcceptedAt)
-	}
+	return b
+}
+
+// appendHops appends what AppendJSON writes last: "hops" when set, and
+// the closing brace.
+func appendHops(b []byte, m *Message) []byte {
 	if m.Hops != 0 {
 		b = append(b, `,"hops":`...)
 		b = strconv.AppendUint(b, uint64(m.Hops), 10)

@@ -167,18 +167,30 @@ func controlField(m *Message) string {
 	// The names are nearly always printable ASCII, which holds none: that
 	// is checked eight bytes at a time, and only a name that is not is
 	// looked into.
-	if !(printable(m.Subject) && printable(m.Type) && printable(m.Intent) && printable(m.IdempotencyKey) &&
-		printable(m.Classification) && printable(m.Region) && printable(m.ReplyTo) && printable(m.CorrelationID)) {
-		fields := [...]struct{ name, v string }{
-			{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
-			{"classification", m.Classification}, {"region", m.Region}, {"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID},
-		}
-		for _, f := range fields {
-			if hasControl(f.v) {
-				return f.name
-			}
+	if printable(m.Subject) && printable(m.Type) && printable(m.Intent) && printable(m.IdempotencyKey) &&
+		printable(m.Classification) && printable(m.Region) && printable(m.ReplyTo) && printable(m.CorrelationID) {
+		return controlSignature(m)
+	}
+	return controlFieldByRunes(m)
+}
+
+// controlFieldByRunes is controlField reading every name rune by rune.
+func controlFieldByRunes(m *Message) string {
+	fields := [...]struct{ name, v string }{
+		{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
+		{"classification", m.Classification}, {"region", m.Region}, {"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID},
+	}
+	for _, f := range fields {
+		if hasControl(f.v) {
+			return f.name
 		}
 	}
+	return controlSignature(m)
+}
+
+// controlSignature names the first of m's signature's kid, alg and sig
+// that holds a control or formatting character; "" when none does.
+func controlSignature(m *Message) string {
 	if sig := m.Signature; sig != nil {
 		switch {
 		case hasControl(sig.KID):

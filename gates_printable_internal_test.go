@@ -6,31 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// controlFieldByRunes is controlField without the printable-ASCII fast
-// path: every name read rune by rune (hasControl).
-func controlFieldByRunes(m *Message) string {
-	fields := [...]struct{ name, v string }{
-		{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
-		{"classification", m.Classification}, {"region", m.Region}, {"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID},
-	}
-	for _, f := range fields {
-		if hasControl(f.v) {
-			return f.name
-		}
-	}
-	if sig := m.Signature; sig != nil {
-		switch {
-		case hasControl(sig.KID):
-			return "signature.kid"
-		case hasControl(sig.Alg):
-			return "signature.alg"
-		case hasControl(sig.Sig):
-			return "signature.sig"
-		}
-	}
-	return ""
-}
-
 // TestControlFieldAgreesByRunes: the envelope gate's printable-ASCII fast
 // path names the same field as reading every name rune by rune, for a
 // control or formatting character, DEL, a C1 control, text beyond ASCII

@@ -552,22 +552,9 @@ func acceptedJSON(body []byte, m *Message) []byte {
 		return nil
 	}
 	var buf [256]byte
-	tail := buf[:0]
-	if m.ContractID != "" {
-		tail = appendField(tail, "contractId", m.ContractID)
-	}
-	if m.SubjectID != "" {
-		tail = appendField(tail, "subjectId", m.SubjectID)
-	}
-	if m.SchemaID != "" {
-		tail = appendField(tail, "schemaId", m.SchemaID)
-	}
+	tail := appendIDs(buf[:0], m)
 	ids := len(tail)
-	if m.Hops != 0 {
-		tail = append(tail, `,"hops":`...)
-		tail = strconv.AppendUint(tail, uint64(m.Hops), 10)
-	}
-	tail = append(tail, '}')
+	tail = appendHops(tail, m)
 	if !bytes.HasSuffix(body, tail) {
 		return nil
 	}
@@ -596,16 +583,7 @@ func endsBeforeIDs(head []byte, m *Message) bool {
 	scratch, last := buf[:0], []byte(nil)
 	switch {
 	case m.Signature != nil:
-		s := m.Signature
-		last = append(scratch, `,"signature":{"kid":`...)
-		last = jsontext.AppendString(last, s.KID)
-		last = appendField(last, "alg", s.Alg)
-		last = appendField(last, "sig", s.Sig)
-		if s.V != 0 {
-			last = append(last, `,"v":`...)
-			last = strconv.AppendInt(last, int64(s.V), 10)
-		}
-		last = append(last, '}')
+		last = appendSignature(scratch, m.Signature)
 	case m.Reason != "":
 		last = appendField(scratch, "reason", m.Reason)
 	case m.CorrelationID != "":
