@@ -110,6 +110,13 @@ var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// putBody returns bp, whose bytes body holds (a stored envelope toStore
+// made), to bodyPool once the store has them.
+func putBody(bp *[]byte, body []byte) {
+	*bp = body[:0]
+	bodyPool.Put(bp)
+}
+
 // NewMessageID returns a fresh message id, as the broker draws one for a
 // message published without: "msg_" and 20 base-36 characters. A client
 // that must know a message's id before the broker answers (a request, to
@@ -422,15 +429,13 @@ func exactKey(x float64) bool {
 func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	sm, acc, bp := e.toStore(a)
 	if err := e.tooLarge(ctx, a, len(sm.Body)); err != nil {
-		*bp = sm.Body[:0]
-		bodyPool.Put(bp)
+		putBody(bp, sm.Body)
 		return nil, err
 	}
 	start := e.since()
 	stored, dup, audited, err := e.appendAccepted(ctx, sm, &acc)
 	e.committed(CommitMessages, 1, start)
-	*bp = sm.Body[:0]
-	bodyPool.Put(bp)
+	putBody(bp, sm.Body)
 	return e.accepted(ctx, a, acc, nil, stored, dup, audited, err)
 }
 
@@ -440,12 +445,16 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 // remove it at once. It returns nil for a message that fits.
 func (e *Engine) tooLarge(ctx context.Context, a *Admission, size int) error {
 	s := a.subj
-	if s.maxBytes == 0 || size <= s.maxBytes {
+	if s.fits(size) {
 		return nil
 	}
 	return e.refuse(ctx, a, GateRetention, Deny(CodePayloadTooLarge,
 		"the message's stored envelope is "+strconv.Itoa(size)+" bytes, over the "+strconv.Itoa(s.maxBytes)+" of the subject's retention.maxBytes"))
 }
+
+// fits reports whether a stored envelope of size bytes is within the
+// subject's retention.maxBytes (0: no bound).
+func (s *subject) fits(size int) bool { return s.maxBytes == 0 || size <= s.maxBytes }
 
 // toStore is the stored form of an admitted message and the record of its
 // acceptance. The body lives in bp, which the caller returns to bodyPool

@@ -81,8 +81,7 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 					break
 				}
 				out[h.at].Err = e.refuse(ctx, h.a, GateContract, Deny(code, reason))
-				*h.bp = sc.sms[0].Body[:0]
-				bodyPool.Put(h.bp)
+				putBody(h.bp, sc.sms[0].Body)
 				release(h.a)
 				sc.remove(0)
 			}
@@ -103,8 +102,7 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 				if o.Err == errIDTaken {
 					o.Err = e.idTaken(ctx, h.a)
 				}
-				*h.bp = sm.Body[:0]
-				bodyPool.Put(h.bp)
+				putBody(h.bp, sm.Body)
 				release(h.a)
 			}
 			// The store took res's messages: the rest (after a duplicate
@@ -145,11 +143,10 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			continue
 		}
 		sm, acc, bp := e.toStore(a)
-		if s := a.subj; s.maxBytes != 0 && len(sm.Body) > s.maxBytes {
+		if !a.subj.fits(len(sm.Body)) {
 			flush() // as above
 			out[i].Err = e.tooLarge(ctx, a, len(sm.Body))
-			*bp = sm.Body[:0]
-			bodyPool.Put(bp)
+			putBody(bp, sm.Body)
 			release(a)
 			continue
 		}
