@@ -100,8 +100,11 @@ func testBridgeLoopEnds(t *testing.T, dialer func(t testing.TB, e *pigeon.Engine
 		"loop.n1 %v, loop.n2 %v", n1.seen(), n2.seen())
 	require.Equal(t, []uint32{0, 2}, n1.seen())
 	require.Equal(t, []uint32{1, 3}, n2.seen())
+	// b-in counts its second pass once the broker has answered its
+	// publish, which can come after the pass went round to a-in's refusal.
+	require.Eventually(t, func() bool { return routeStats(b.b, "b-in").Forwarded == 2 }, 30*time.Second, 5*time.Millisecond,
+		"b-in forwarded %d", routeStats(b.b, "b-in").Forwarded)
 	require.EqualValues(t, 1, routeStats(a.b, "a-in").Forwarded)
-	require.EqualValues(t, 2, routeStats(b.b, "b-in").Forwarded)
 	require.Empty(t, routeStats(b.b, "b-in").Refused)
 }
 
@@ -268,5 +271,6 @@ func TestBridgeAndProgramLoopEnds(t *testing.T) {
 	require.EqualValues(t, 1, emitted.Load())
 	require.Eventually(t, func() bool { return len(n1.seen()) == 2 }, 30*time.Second, 5*time.Millisecond, "loop.n1 %v", n1.seen())
 	require.Equal(t, []uint32{0, 2}, n1.seen())
-	require.EqualValues(t, 2, routeStats(b.b, "b-in").Forwarded)
+	require.Eventually(t, func() bool { return routeStats(b.b, "b-in").Forwarded == 2 }, 30*time.Second, 5*time.Millisecond,
+		"b-in forwarded %d", routeStats(b.b, "b-in").Forwarded)
 }
