@@ -108,9 +108,12 @@ func TestAcceptancePlaceDroppedWhenTheAppendDoesNotAccept(t *testing.T) {
 // of a store that does not answer (and does not heed its context) when
 // Shutdown begins. Shutdown gives up the acceptance's place, so the
 // subscription it ends writes its subscription.stopped record (its
-// caller waits for that write) and Shutdown returns, rather than wait
-// for an append its context does not bound. Once the append answers,
-// the publish is answered too.
+// caller waits for that write), and Shutdown, which waits for the
+// publish in flight, returns its context's error once that is done
+// rather than wait for an append its context does not bound. Once the
+// append answers, the publish is answered too, and a later Shutdown
+// finishes: the acceptance's record, queued after the place was given
+// up, is written by its last flush.
 func TestShutdownReleasesAcceptancePlaces(t *testing.T) {
 	st := &appendHooks{Store: memory.New(nil)}
 	f := newFixture(t, func(o *pigeon.Options) { o.Store = st })
@@ -128,20 +131,43 @@ func TestShutdownReleasesAcceptancePlaces(t *testing.T) {
 		<-answer
 		return nil
 	})
-	published := make(chan error, 1)
+	type publishAnswer struct {
+		res *pigeon.Result
+		err error
+	}
+	published := make(chan publishAnswer, 1)
 	go func() {
-		_, err := pub.Publish(ctx, demo.Notification("k-1"))
-		published <- err
+		res, err := pub.Publish(ctx, demo.Notification("k-1"))
+		published <- publishAnswer{res, err}
 	}()
 	<-entered
 
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, e.Shutdown(sctx), "Shutdown does not wait for the append")
-	recs, err := st.ReadAudit(ctx, 1, 1000)
-	require.NoError(t, err)
-	require.Equal(t, string(pigeon.EventSubscriptionStopped), recs[len(recs)-1].Type, "the subscription's end is written")
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	var shutErr error
+	within(t, "Shutdown with its context done", func() { shutErr = e.Shutdown(cancelled) })
+	require.ErrorIs(t, shutErr, context.Canceled, "Shutdown does not wait for the append past its context")
+	require.Eventually(t, func() bool {
+		recs, err := st.ReadAudit(ctx, 1, 1000)
+		require.NoError(t, err)
+		return len(recs) > 0 && recs[len(recs)-1].Type == string(pigeon.EventSubscriptionStopped)
+	}, 30*time.Second, time.Millisecond, "the subscription's end is written")
 
 	answered.Do(func() { close(answer) })
-	<-published // answered, however it went: the engine is shut down
+	got := <-published
+	require.NoError(t, got.err, "admitted before Shutdown began, it is answered")
+	require.NoError(t, e.Shutdown(ctx))
+	require.NoError(t, e.Shutdown(ctx), "idempotent")
+	recs, err := st.ReadAudit(ctx, 1, 1000)
+	require.NoError(t, err)
+	var accepted []pigeon.AuditRecord
+	for _, r := range recs {
+		if r.Type == string(pigeon.EventPublishAccepted) {
+			accepted = append(accepted, r)
+		}
+	}
+	require.Len(t, accepted, 1, "the acceptance is written by the Shutdown that finished")
+	require.Equal(t, got.res.Message.ID, accepted[0].MessageID)
+	_, err = pub.Publish(ctx, demo.Notification("k-2"))
+	requireCode(t, err, pigeon.CodeShutdown)
 }

@@ -190,6 +190,10 @@ func validIDs(kind string, list []string) error {
 // or its name or value is not UTF-8 or holds a control or formatting
 // character (hasControl). Nothing is created or audited then.
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return Account{}, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
 	}
@@ -288,6 +292,10 @@ func listPage[T any](after string, max int, what string, page func(after string,
 // comes back by any path (a node that cannot compare what it writes
 // over, a store written behind the broker's back) is still refused.
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	written := noWait
 	if err := e.dir.deleteAccount(ctx, id, func() {
 		written = e.auditInOrder(EventAccountDeleted.record("", CodeOK, store.AuditRecord{Principal: id}))
@@ -308,6 +316,10 @@ func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
 // that holds as many, is INVALID_ARGUMENT, and nothing is changed or
 // audited.
 func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return Account{}, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
 	}
@@ -354,6 +366,10 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // audit guard): its account.role.removed record is then lost, and counted
 // in audit.resumed.
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return Account{}, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := validID("a role name", role); err != nil {
 		return Account{}, err // no role has it: nothing to take, write or audit
 	}
@@ -379,6 +395,10 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 // a permission the new definition drops or narrows fails its next check
 // with GRANT_REVOKED.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return Role{}, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return Role{}, err
 	}
@@ -430,6 +450,10 @@ func (e *Engine) ListRolesPage(_ context.Context, after string, max int) (roles 
 // that relied on one of its permissions fails its next check with
 // GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	written := noWait
 	if err := e.dir.deleteRole(ctx, name, func() {
 		written = e.auditInOrder(EventRoleDeleted.record("", CodeOK, store.AuditRecord{Ref: name}))
@@ -489,6 +513,10 @@ func (e *Engine) PutAccountKeysAs(ctx context.Context, p *Principal, id string, 
 // putAccountKeys replaces account id's keys, for p when not nil (see
 // PutAccountKeysAs), for the embedding program otherwise.
 func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, keys []PublicKey) (Account, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return Account{}, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
 	}

@@ -296,12 +296,14 @@ type Engine struct {
 	afterAppend atomic.Pointer[func(store.Message)]
 	verifies    auditWalks // VerifyAudit's walks, shared
 
-	closed   atomic.Bool
-	done     chan struct{}
-	ctx      context.Context // canceled by Shutdown; background work derives from it
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
-	shutOnce sync.Once
+	closed    atomic.Bool
+	ops       inflight // the operations in flight, that Shutdown waits for (inflight.go)
+	done      chan struct{}
+	ctx       context.Context // canceled by Shutdown; background work derives from it
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	shutOnce  sync.Once
+	closeOnce sync.Once // the owned store's Close, by the Shutdown that finishes first
 }
 
 var _ Broker = (*Engine)(nil)
@@ -905,20 +907,26 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	return s, nil
 }
 
-// Shutdown stops accepting work, ends subscriptions and waits for
-// background goroutines, or for ctx, whichever comes first. It closes the
-// store only when the engine made it. It is idempotent; later calls return
-// nil once the first has finished.
+// Shutdown stops accepting work, ends subscriptions and waits for the
+// operations in flight (a publish, a batch, a release, an ack: see
+// inflight.go) and background goroutines, or for ctx, whichever comes
+// first; when ctx comes first it returns ctx's error, and a later call
+// waits again. Once they have ended it writes what is left of the audit
+// queue, so that every operation answered before has its records in the
+// store, and closes the store, only when the engine made it. It is
+// idempotent; later calls return nil once the first has finished.
 func (e *Engine) Shutdown(ctx context.Context) error {
-	first := false
 	e.shutOnce.Do(func() {
-		first = true
 		e.closed.Store(true)
+		e.ops.close() // from here on an operation is refused SHUTTING_DOWN
 		close(e.done)
 		e.subs.closeAll()
 		e.stop()
 		e.replies.closeAll()
 	})
+	if err := e.ops.wait(ctx); err != nil {
+		return err
+	}
 	waited := make(chan struct{})
 	go func() {
 		e.wg.Wait()
@@ -931,10 +939,13 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.flushCoalesced(time.Time{})
 	e.flushAudit()
-	if first && e.ownStore {
-		return e.store.Close(ctx)
-	}
-	return nil
+	var err error
+	e.closeOnce.Do(func() {
+		if e.ownStore {
+			err = e.store.Close(ctx)
+		}
+	})
+	return err
 }
 
 // storeError maps a store error to the typed error.

@@ -43,11 +43,12 @@ func (e *Engine) ReceiveSettled(ctx context.Context, c Caller, subjectName strin
 
 func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max int, settle bool) ([]*Message, []int, error) {
 	start := e.since()
+	if !e.ops.enter() { // Shutdown waits for the delivery records (inflight.go)
+		return nil, nil, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, nil, err
-	}
-	if e.closed.Load() {
-		return nil, nil, errShutdown()
 	}
 	s := e.subject(subjectName)
 	if s == nil {
@@ -320,6 +321,10 @@ func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, message
 // refuses it) settles nothing either, ACK_NOT_ALLOWED, even while this
 // node has not yet taken the lease back.
 func (e *Engine) AckAttempt(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, attempt int) error {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	if err := checkAttempt(attempt); err != nil {
 		return err
 	}
@@ -383,6 +388,10 @@ func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messag
 // answer is ACK_NOT_ALLOWED. An attempt of 0 names none: it is
 // NackSequence.
 func (e *Engine) NackAttempt(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, attempt int, delay time.Duration) error {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	if err := checkRetryDelay(delay); err != nil {
 		return err
 	}
@@ -541,11 +550,12 @@ type ReplayRequest struct {
 // newline included, DEL, C1) is BAD_REQUEST, one that is not UTF-8
 // INVALID_UTF8. Both outcomes are audited.
 func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Message, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
-	}
-	if e.closed.Load() {
-		return nil, errShutdown()
 	}
 	s := e.subject(r.Subject)
 	if s == nil {

@@ -100,6 +100,10 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 // expired nor revoked) gets no more: INVALID_ARGUMENT, with nothing
 // written or audited, until one is revoked or expires.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return GrantToken{}, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return GrantToken{}, err
 	}
@@ -155,7 +159,7 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 		return GrantToken{}, err
 	}
 	if err := written(); err != nil {
-		_ = e.RevokeGrant(ctx, rec.JTI) // no grant without its evidence
+		_ = e.revokeGrant(ctx, rec.JTI) // no grant without its evidence, whether or not Shutdown began
 		return GrantToken{}, err
 	}
 	return GrantToken{Token: tok, JTI: rec.JTI, ExpiresAt: rec.ExpiresAt}, nil
@@ -165,6 +169,15 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 // contract negotiated with it fails its next check with GRANT_REVOKED (on
 // every live node of a cluster: see ClusterBarrier).
 func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
+	return e.revokeGrant(ctx, jti)
+}
+
+// revokeGrant is RevokeGrant, within an operation in flight.
+func (e *Engine) revokeGrant(ctx context.Context, jti string) error {
 	written := noWait
 	_, err := e.dir.revokeGrant(ctx, jti, func(account string) {
 		written = e.auditInOrder(EventGrantRevoked.record(OutcomeDeny, CodeGrantRevoked, store.AuditRecord{Principal: account, Ref: jti}))

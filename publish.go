@@ -160,6 +160,10 @@ func (e *Engine) publish(ctx context.Context, c Caller, in *Message, clientID bo
 // from (ReleaseQuarantine), "" for a publish: a released message is never
 // a reply, and a refusal keeps it in that record (Admission.release).
 func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool, release string) (*Result, error) {
+	if !e.ops.enter() { // Shutdown waits for the answer (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	if in == nil {
 		if err := e.admissible(ctx); err != nil {
 			return nil, err
@@ -528,7 +532,8 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 	if !audited {
 		acc.Seqs = strconv.FormatUint(stored.Seq, 10)
 		e.auditAsync(acc)
-	} else {
+	} else if e.opts.Observer != nil {
+		acc.Seqs = strconv.FormatUint(stored.Seq, 10) // as the store's copy, which the log keeps
 		e.observeRecord(&acc)
 	}
 	if f != nil {

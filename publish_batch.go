@@ -37,6 +37,13 @@ type Published struct {
 // Published per message.
 func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []Published {
 	out := make([]Published, len(msgs))
+	if !e.ops.enter() { // Shutdown waits for the held messages' answers (inflight.go)
+		for i := range out {
+			out[i].Err = errShutdown()
+		}
+		return out
+	}
+	defer e.ops.leave()
 	appendBatch, most := e.batchAppender()
 	if appendBatch == nil || len(msgs) < 2 {
 		for i, m := range msgs {

@@ -248,6 +248,12 @@ var releaseLocks idLocks
 // under the same idempotency key is refused CONFLICT and the record stays
 // open: nothing of it was published.
 func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*Result, error) {
+	// Shutdown waits for the release's records and the record's mark
+	// (inflight.go).
+	if !e.ops.enter() {
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	// One release of a record at a time, so that the one that finds it
 	// open is the only one that publishes it.
 	mu := releaseLocks.of(id)

@@ -270,8 +270,13 @@ func (e *Engine) inRepliersScope(ctx context.Context, a *Admission, stored store
 // the reply is dropped (audited) and the requester gets the contract's
 // refusal. A reply handed over is recorded (reply.delivered, to the
 // requester, ref: the request's id), so its receipts name who received it
-// and when.
+// and when; once Shutdown began, the record could be queued after its
+// last flush, and the requester gets SHUTTING_DOWN instead.
 func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Message, error) {
+	if !e.ops.enter() { // no reply handed over without its record (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	s := e.subject(req.Subject)
 	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpPublish); code != CodeOK {
 		return nil, e.contractError(ctx, EventReplyDropped, c.Principal, req.Subject, c.ContractID, code, reason)
