@@ -184,3 +184,59 @@ func TestAppendAcceptedBatchToReceipt(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendAcceptedAllocs: a message accepted the way the broker accepts
+// one (AppendAcceptedTo with a new id and key, then its record appended to
+// the audit log) costs the store no allocation of its own: chunks, arenas
+// and tables are made once for many messages, and the decimal sequences of
+// the acceptance records share buffers.
+func TestAppendAcceptedAllocs(t *testing.T) {
+	s := New(nil)
+	ctx := t.Context()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	const held, n = 1000, 2000 // held first: sequences of three digits and more
+	ms := make([]store.Message, held+n+1)
+	ids := make([]string, len(ms))
+	for i := range ms {
+		ms[i] = store.Message{Subject: "a", ID: "m" + strconv.Itoa(i), Time: t0.Add(time.Duration(i)), Body: make([]byte, 700),
+			IdemKey: "a\x00p\x00k" + strconv.Itoa(i), IdemExpires: t0.Add(time.Hour)}
+		ids[i] = "aud_" + strconv.Itoa(i+1)
+	}
+	acc := store.AuditRecord{Type: "publish.accepted", Outcome: "allow", Principal: "p", Time: t0}
+	q := &acceptances{}
+	i := 0
+	accept := func() {
+		_, dup, err := s.AppendAcceptedTo(ctx, ms[i], acc, q)
+		require.NoError(t, err)
+		require.False(t, dup)
+		r := q.last
+		r.Seq, r.ID, r.Hash = uint64(i+1), ids[i], "h"
+		require.NoError(t, s.AppendAudit(ctx, r))
+		i++
+	}
+	for range held {
+		accept()
+	}
+	require.Zero(t, testing.AllocsPerRun(n, accept), "allocations per accepted message")
+}
+
+// acceptances keeps the last record it is handed.
+type acceptances struct{ last store.AuditRecord }
+
+func (q *acceptances) QueueAudit(r store.AuditRecord) { q.last = r }
+
+// TestDecimals: the decimal strings handed out share buffers, and stay as
+// they were however many follow.
+func TestDecimals(t *testing.T) {
+	var d decimals
+	const n = 3 * decimalsBuf
+	var got []string
+	for x := range uint64(n) {
+		got = append(got, d.format(x*x*x))
+	}
+	got = append(got, d.format(0), d.format(1<<64-1))
+	for x := range uint64(n) {
+		require.Equal(t, strconv.FormatUint(x*x*x, 10), got[x])
+	}
+	require.Equal(t, []string{"0", "18446744073709551615"}, got[n:])
+}

@@ -92,9 +92,11 @@ const auditChunkLen = 4096
 // distinct interned value.
 //
 // A record's Seq is its index plus one. Its low-cardinality fields, Type to
-// SchemaID, are numbers in a table of the distinct strings the log has seen;
-// its Time is a stamp. Its ID, MessageID, Ref, PrevHash and Hash are bytes in
-// the arena, except in cases that are recognised exactly and cost less:
+// SchemaID, are numbers in a table of the distinct strings the log has
+// seen, and those nine numbers, which records mostly repeat, one number in
+// a table of the distinct combinations (its shape); its Time is a stamp.
+// Its ID, MessageID, Ref, PrevHash and Hash are bytes in the arena, except
+// in cases that are recognised exactly and cost less:
 // an ID of "aud_" and the Seq in decimal, the broker's, is a flag; a PrevHash
 // equal to the previous record's Hash (to store.Genesis for the first
 // record) is a flag; a PrevHash or Hash of 64 lowercase hex digits is its 32
@@ -104,8 +106,9 @@ const auditChunkLen = 4096
 type auditLog struct {
 	chunks []auditChunk
 	n      int
-	// arena is the arena capacity a new chunk starts with, as in subjectLog.
-	arena int
+	// arenaSize is the arena capacity a new chunk starts with, as in
+	// subjectLog.
+	arenaSize int
 
 	// strs are the distinct values of the interned fields, numbered by
 	// their index; strs[0] is "". ids maps each to its number.
@@ -115,6 +118,12 @@ type auditLog struct {
 	// other than "": a record mostly repeats the previous one's values, and
 	// comparing with it costs less than a map lookup.
 	last [auditInterned]uint32
+	// shapes are the distinct combinations of interned fields, numbered
+	// by their index; shapeIDs maps each to its number, and lastShape is
+	// the last record's.
+	shapes    []auditShape
+	shapeIDs  map[auditShape]uint32
+	lastShape uint32
 
 	// hash is the last record's Hash when it has at most len(hash) bytes,
 	// hashLen of them; hashLen is -1 when it is longer.
@@ -124,24 +133,29 @@ type auditLog struct {
 
 // auditInterned is how many fields of a record are interned: Type, Outcome,
 // Code, Gate, Subject, Principal, ContractID, PolicyID and SchemaID, in that
-// order in auditHeader.strs.
+// order in an auditShape.
 const auditInterned = 9
 
+// auditShape is the numbers of a record's interned fields.
+type auditShape [auditInterned]uint32
+
 // auditChunk holds up to auditChunkLen records: a header each, and their
-// bytes one after the other in data.
+// bytes one after the other in its arena.
 type auditChunk struct {
 	hdrs []auditHeader
-	data []byte
+	arena
 }
 
-// auditHeader is one record in its chunk. Its bytes run in data from the end
-// of the previous header (0 for the first) to end: ID (unless auditSeqID),
-// MessageID, Ref, PrevHash (unless auditPrevSame) and Hash, each a uvarint
-// length and the string, or 32 bytes for a PrevHash or Hash held as hex.
+// auditHeader is one record in its chunk: where its bytes end in the arena
+// (arena.item), its Time (the sec and nsec of a stamp), its shape and its
+// flags. Its bytes are ID (unless auditSeqID), MessageID, Ref, PrevHash
+// (unless auditPrevSame) and Hash, each a uvarint length and the string, or
+// 32 bytes for a PrevHash or Hash held as hex.
 type auditHeader struct {
 	end   int
-	time  stamp
-	strs  [auditInterned]uint32
+	sec   int64
+	nsec  int32
+	shape uint32
 	flags uint8
 }
 
@@ -164,19 +178,22 @@ func (l *auditLog) push(r *store.AuditRecord) {
 		var c auditChunk
 		full := -1
 		if last >= 0 {
-			full = len(l.chunks[last].data)
+			full = l.chunks[last].used()
 		}
-		c.hdrs, c.data = newChunk[auditHeader](auditChunkLen, full, &l.arena)
+		c.hdrs, c.arena = newChunk[auditHeader](auditChunkLen, full, &l.arenaSize)
 		if l.strs == nil {
 			l.strs = []string{""}
 			l.ids = make(map[string]uint32)
+			l.shapeIDs = make(map[auditShape]uint32)
 		}
 		l.chunks = append(l.chunks, c)
 		last++
 	}
 	c := &l.chunks[last]
-	h := auditHeader{time: stampOf(r.Time)}
-	d := c.data
+	t := stampOf(r.Time)
+	h := auditHeader{sec: t.sec, nsec: t.nsec}
+	dp := c.room(len(c.hdrs), auditChunkLen, maxAuditBytes(r))
+	d := *dp
 	if isSeqID(r.ID, uint64(l.n)+1) {
 		h.flags |= auditSeqID
 	} else {
@@ -204,18 +221,24 @@ func (l *auditLog) push(r *store.AuditRecord) {
 		d = appendString(d, r.Digest)
 	}
 	h.end = len(d)
-	c.data = d
-	h.strs = [auditInterned]uint32{
+	*dp = d
+	h.shape = l.shape(&auditShape{
 		l.intern(0, r.Type), l.intern(1, r.Outcome), l.intern(2, r.Code),
 		l.intern(3, r.Gate), l.intern(4, r.Subject), l.intern(5, r.Principal),
 		l.intern(6, r.ContractID), l.intern(7, r.PolicyID), l.intern(8, r.SchemaID),
-	}
+	})
 	c.hdrs = append(c.hdrs, h)
 	l.n++
 	l.hashLen = -1
 	if len(r.Hash) <= len(l.hash) {
 		l.hashLen = copy(l.hash[:], r.Hash)
 	}
+}
+
+// maxAuditBytes is the most arena bytes push writes for r.
+func maxAuditBytes(r *store.AuditRecord) int {
+	const lengths = 8 * binary.MaxVarintLen64 // of the strings, and Count
+	return len(r.ID) + len(r.MessageID) + len(r.Ref) + len(r.PrevHash) + len(r.Hash) + len(r.Seqs) + len(r.Digest) + lengths
 }
 
 // lastHashIs tells whether s is the last record's Hash, or store.Genesis
@@ -247,6 +270,24 @@ func (l *auditLog) intern(f int, s string) uint32 {
 		l.ids[s] = id
 	}
 	l.last[f] = id
+	return id
+}
+
+// shape returns the number of v, adding it to the table when it is new.
+func (l *auditLog) shape(v *auditShape) uint32 {
+	if len(l.shapes) > 0 && l.shapes[l.lastShape] == *v {
+		return l.lastShape
+	}
+	id, ok := l.shapeIDs[*v]
+	if !ok {
+		if uint64(len(l.shapes)) > math.MaxUint32 {
+			panic("memory: more than 2^32 distinct audit shapes")
+		}
+		id = uint32(len(l.shapes))
+		l.shapes = append(l.shapes, *v)
+		l.shapeIDs[*v] = id
+	}
+	l.lastShape = id
 	return id
 }
 
@@ -313,11 +354,7 @@ type auditBytes struct {
 // bytes returns the arena bytes of record j.
 func (c *auditChunk) bytes(j int) (p auditBytes) {
 	h := &c.hdrs[j]
-	start := 0
-	if j > 0 {
-		start = c.hdrs[j-1].end
-	}
-	b := c.data[start:h.end]
+	b := c.item(j, c.prevEnd(j), h.end)
 	if h.flags&auditSeqID == 0 {
 		p.id, b = cut(b)
 	}
@@ -342,6 +379,14 @@ func (c *auditChunk) bytes(j int) (p auditBytes) {
 		p.digest, _ = cut(b[k:])
 	}
 	return p
+}
+
+// prevEnd is where record j-1's bytes end, for arena.item.
+func (c *auditChunk) prevEnd(j int) int {
+	if j == 0 {
+		return 0
+	}
+	return c.hdrs[j-1].end
 }
 
 // cut splits off the uvarint-prefixed string at the start of b.
@@ -395,10 +440,7 @@ func (l *auditLog) read(i0 int, out []store.AuditRecord) {
 	for i := range out {
 		c, j := l.at(i0 + i)
 		h := &c.hdrs[j]
-		size += h.end
-		if j > 0 {
-			size -= c.hdrs[j-1].end
-		}
+		size += len(c.item(j, c.prevEnd(j), h.end))
 		if h.flags&auditSeqID != 0 {
 			size += len(auditIDPrefix) + decimalLen(uint64(i0+i+1))
 		}
@@ -455,8 +497,8 @@ func (l *auditLog) read(i0 int, out []store.AuditRecord) {
 		} else {
 			r.ID = take(len(p.id))
 		}
-		r.Time = h.time.time()
-		v := &h.strs
+		r.Time = stamp{sec: h.sec, nsec: h.nsec}.time()
+		v := &l.shapes[h.shape]
 		r.Type, r.Outcome, r.Code = l.strs[v[0]], l.strs[v[1]], l.strs[v[2]]
 		r.Gate, r.Subject, r.Principal = l.strs[v[3]], l.strs[v[4]], l.strs[v[5]]
 		r.ContractID, r.PolicyID, r.SchemaID = l.strs[v[6]], l.strs[v[7]], l.strs[v[8]]

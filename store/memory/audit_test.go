@@ -209,12 +209,14 @@ func TestAuditCompact(t *testing.T) {
 	require.NoError(t, s.AppendAudit(ctx, recs...))
 	l := &s.audit
 	require.Len(t, l.chunks, 3)
-	require.Equal(t, len(l.chunks[1].data)+len(l.chunks[1].data)/8, cap(l.chunks[2].data), "a new chunk's arena is sized from the last full one")
+	require.Equal(t, withSlack(l.chunks[1].used()), cap(l.chunks[2].data), "a new chunk's arena is sized from the last full one")
 
-	distinct := map[string]bool{}
+	distinct, shapes := map[string]bool{}, map[[auditInterned]string]bool{}
 	for i := range recs {
 		r := &recs[i]
-		for _, v := range []string{r.Type, r.Outcome, r.Code, r.Gate, r.Subject, r.Principal, r.ContractID, r.PolicyID, r.SchemaID} {
+		shape := [auditInterned]string{r.Type, r.Outcome, r.Code, r.Gate, r.Subject, r.Principal, r.ContractID, r.PolicyID, r.SchemaID}
+		shapes[shape] = true
+		for _, v := range shape {
 			if v != "" {
 				distinct[v] = true
 			}
@@ -232,11 +234,14 @@ func TestAuditCompact(t *testing.T) {
 	}
 	require.Len(t, l.strs, len(distinct)+1, "each distinct value once, and \"\"")
 	require.Len(t, l.ids, len(distinct))
+	require.Len(t, l.shapes, len(shapes), "each distinct combination once")
+	require.Len(t, l.shapeIDs, len(shapes))
 }
 
-// TestAuditKeepsNoPointers checks that what the log keeps per record gives
-// the garbage collector nothing to scan.
-func TestAuditKeepsNoPointers(t *testing.T) {
+// TestRecordsKeepNoPointers checks that what the store keeps per message,
+// per idempotency entry and per audit record gives the garbage collector
+// nothing to scan, and how many bytes each takes.
+func TestRecordsKeepNoPointers(t *testing.T) {
 	var pointers func(reflect.Type) bool
 	pointers = func(t reflect.Type) bool {
 		switch t.Kind() {
@@ -255,8 +260,22 @@ func TestAuditKeepsNoPointers(t *testing.T) {
 		}
 		return true
 	}
-	require.False(t, pointers(reflect.TypeFor[auditHeader]()))
-	require.Equal(t, 64, int(reflect.TypeFor[auditHeader]().Size()), "a header is a cache line")
+	for _, tc := range []struct {
+		name string
+		typ  reflect.Type
+		size int
+	}{
+		{"message header", reflect.TypeFor[msgHeader](), 40},
+		{"expiry item", reflect.TypeFor[expiry](), 32},
+		{"audit header", reflect.TypeFor[auditHeader](), 32},
+		{"audit shape", reflect.TypeFor[auditShape](), 36},
+		{"index slot value", reflect.TypeFor[packedLoc](), 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.False(t, pointers(tc.typ))
+			require.Equal(t, tc.size, int(tc.typ.Size()))
+		})
+	}
 }
 
 func TestAuditInternedValuesAreCopies(t *testing.T) {

@@ -1,8 +1,9 @@
 package memory
 
 import (
-	"strings"
+	"encoding/binary"
 	"time"
+	"unsafe"
 
 	"pigeon/store"
 )
@@ -34,31 +35,46 @@ type subjectLog struct {
 	// bytes is the sum of the retained messages' body lengths (see
 	// store.ByteTrimmer).
 	bytes uint64
-	// arena is the arena capacity a new chunk starts with: the size of the
-	// arena of the last chunk that filled up, plus an eighth; 0 until a
-	// chunk has filled, so that a quiet subject stays small.
-	arena int
+	// arenaSize is the arena capacity a new chunk starts with: the bytes of
+	// the last chunk that filled up, plus 1/arenaSlack; 0 until a chunk
+	// has filled, so that a quiet subject stays small.
+	arenaSize int
 	// spare is the next chunk, made ready beside the appends (spare.go).
 	spare spareState
+	// scopes is the store's table of key scopes, and scope the scope of
+	// the last key appended that had one.
+	scopes *keyScopes
+	scope  uint32
 }
 
 // chunk holds up to chunkLen messages: a fixed header each, and the bytes of
-// their ids, idempotency keys and bodies one after the other in data.
+// their ids, idempotency keys and bodies one after the other in its arena.
 type chunk struct {
 	hdrs []msgHeader
-	data []byte
+	arena
 }
 
-// msgHeader is one message in its chunk. Its ID, IdemKey and Body are, in
-// that order, the bytes of data from the end of the previous header (0 for
-// the first) to end.
+// msgHeader is one message in its chunk: where its bytes end in the arena
+// (arena.item), its Time and IdemExpires (the sec and nsec of a stamp
+// each), the scope of its IdemKey (keyScopes), and the lengths of its ID
+// and of the rest of its key after the scope. Its bytes are the ID, the
+// key's rest and the Body; when either length is longLen or more, idLen
+// and restLen are longLen and the bytes start with the two lengths as
+// uvarints.
 type msgHeader struct {
-	end    int
-	idLen  int
-	keyLen int
-	time   stamp
-	expiry stamp
+	end            int
+	sec, expSec    int64
+	nsec, expNsec  int32
+	scope          uint32
+	idLen, restLen uint16
 }
+
+// longLen marks the lengths of a message whose ID or key is that long or
+// longer (msgHeader).
+const longLen = 1<<16 - 1
+
+func (h *msgHeader) time() stamp   { return stamp{sec: h.sec, nsec: h.nsec} }
+func (h *msgHeader) expiry() stamp { return stamp{sec: h.expSec, nsec: h.expNsec} }
 
 // stamp is a time.Time as two integers, which is what the chunks, the
 // idempotency clock and the expiry queue keep: a time.Time holds a
@@ -108,58 +124,105 @@ func (sl *subjectLog) push(m *store.Message, sp *spares) {
 		var c chunk
 		full := -1
 		if last >= 0 {
-			full = len(sl.chunks[last].data)
+			full = sl.chunks[last].used()
 		}
 		if full >= 0 {
-			sl.arena = full + full/8
+			sl.arenaSize = withSlack(full)
 		}
-		if s, ok := sl.takeSpare(sp, sl.arena); ok {
+		if s, ok := sl.takeSpare(sp, full); ok {
 			c = s
 		} else {
-			c.hdrs, c.data = newChunk[msgHeader](chunkLen, full, &sl.arena)
+			c.hdrs, c.arena = newChunk[msgHeader](chunkLen, full, &sl.arenaSize)
 		}
 		sl.chunks = append(sl.chunks, c)
 		last++
 	}
 	c := &sl.chunks[last]
-	c.data = append(c.data, m.ID...)
-	c.data = append(c.data, m.IdemKey...)
-	c.data = append(c.data, m.Body...)
+	scope, rest := uint32(0), m.IdemKey
+	if rest != "" {
+		scope, rest = sl.scopes.split(rest, &sl.scope)
+	}
+	h := msgHeader{scope: scope, idLen: uint16(len(m.ID)), restLen: uint16(len(rest))}
+	n := len(m.ID) + len(rest) + len(m.Body)
+	long := len(m.ID) >= longLen || len(rest) >= longLen
+	if long {
+		h.idLen, h.restLen = longLen, longLen
+		n += 2 * binary.MaxVarintLen64
+	}
+	d := c.room(len(c.hdrs), chunkLen, n)
+	if long {
+		*d = binary.AppendUvarint(*d, uint64(len(m.ID)))
+		*d = binary.AppendUvarint(*d, uint64(len(rest)))
+	}
+	*d = append(*d, m.ID...)
+	*d = append(*d, rest...)
+	*d = append(*d, m.Body...)
 	sl.bytes += uint64(len(m.Body))
-	c.hdrs = append(c.hdrs, msgHeader{
-		end:    len(c.data),
-		idLen:  len(m.ID),
-		keyLen: len(m.IdemKey),
-		time:   stampOf(m.Time),
-		expiry: stampOf(m.IdemExpires),
-	})
+	t, e := stampOf(m.Time), stampOf(m.IdemExpires)
+	h.end, h.sec, h.nsec, h.expSec, h.expNsec = len(*d), t.sec, t.nsec, e.sec, e.nsec
+	c.hdrs = append(c.hdrs, h)
 	sl.n++
 	sl.maybePrepare(sp)
 }
 
-// start is the offset in data of message j's bytes.
-func (c *chunk) start(j int) int {
-	if j == 0 {
-		return 0
+// msgBytes are a message's bytes in its chunk: its ID, the rest of its
+// IdemKey after the scope, and its Body. Read them, do not keep or hand
+// them out.
+type msgBytes struct{ id, rest, body []byte }
+
+// bytes returns message j's bytes.
+func (c *chunk) bytes(j int) msgBytes {
+	prev := 0
+	if j > 0 {
+		prev = c.hdrs[j-1].end
 	}
-	return c.hdrs[j-1].end
-}
-
-// id, key and body return message j's bytes, in the chunk: read them, do
-// not keep or hand them out.
-func (c *chunk) id(j int) []byte {
-	s := c.start(j)
-	return c.data[s : s+c.hdrs[j].idLen]
-}
-
-func (c *chunk) key(j int) []byte {
-	s := c.start(j) + c.hdrs[j].idLen
-	return c.data[s : s+c.hdrs[j].keyLen]
-}
-
-func (c *chunk) body(j int) []byte {
 	h := &c.hdrs[j]
-	return c.data[c.start(j)+h.idLen+h.keyLen : h.end]
+	b := c.item(j, prev, h.end)
+	n, k := int(h.idLen), int(h.restLen)
+	if n == longLen {
+		return longBytes(b)
+	}
+	return msgBytes{id: b[:n], rest: b[n : n+k], body: b[n+k:]}
+}
+
+// size is how many bytes message j takes in the arena.
+func (c *chunk) size(j int) int {
+	if j == 0 || c.spill != nil && j == c.spillAt {
+		return c.hdrs[j].end
+	}
+	return c.hdrs[j].end - c.hdrs[j-1].end
+}
+
+// longBytes is chunk.bytes for a message with long lengths: its bytes, b,
+// start with them.
+func longBytes(b []byte) msgBytes {
+	n, w := binary.Uvarint(b)
+	b = b[w:]
+	k, w := binary.Uvarint(b)
+	b = b[w:]
+	return msgBytes{id: b[:n], rest: b[n : n+k], body: b[n+k:]}
+}
+
+func (c *chunk) id(j int) []byte   { return c.bytes(j).id }
+func (c *chunk) body(j int) []byte { return c.bytes(j).body }
+
+// hasKey tells whether message j has an IdemKey.
+func (c *chunk) hasKey(j int) bool { return c.hdrs[j].scope != 0 || len(c.bytes(j).rest) > 0 }
+
+// keyIs tells whether message j of c has the IdemKey key.
+func (sl *subjectLog) keyIs(c *chunk, j int, key string) bool {
+	scope, rest := sl.scopes.strs[c.hdrs[j].scope], c.bytes(j).rest
+	return len(key) == len(scope)+len(rest) && key[:len(scope)] == scope && key[len(scope):] == string(rest)
+}
+
+// key returns message j's IdemKey, "" when it has none: a string of its
+// own, or the table's scope when the key is its scope alone.
+func (sl *subjectLog) key(c *chunk, j int) string {
+	scope, rest := sl.scopes.strs[c.hdrs[j].scope], c.bytes(j).rest
+	if len(rest) == 0 {
+		return scope
+	}
+	return scope + string(rest)
 }
 
 // message returns a copy of message j, whose sequence is seq, that shares
@@ -167,27 +230,29 @@ func (c *chunk) body(j int) []byte {
 // knows to be the message's own (it looked the message up by them), which
 // saves copying them. An empty body comes back nil.
 func (sl *subjectLog) message(c *chunk, j int, seq uint64, id, key string) store.Message {
-	h := &c.hdrs[j]
-	if id == "" && h.idLen > 0 {
-		id = string(c.id(j))
+	h, b := &c.hdrs[j], c.bytes(j)
+	if id == "" && len(b.id) > 0 {
+		id = string(b.id)
 	}
-	if key == "" && h.keyLen > 0 {
-		key = string(c.key(j))
+	if key == "" {
+		key = sl.key(c, j)
 	}
 	var body []byte
-	if b := c.body(j); len(b) > 0 {
-		body = append([]byte(nil), b...)
+	if len(b.body) > 0 {
+		body = append([]byte(nil), b.body...)
 	}
 	return store.Message{
-		Subject: sl.name, Seq: seq, ID: id, Time: h.time.time(),
-		IdemKey: key, IdemExpires: h.expiry.time(), Body: body,
+		Subject: sl.name, Seq: seq, ID: id, Time: h.time().time(),
+		IdemKey: key, IdemExpires: h.expiry().time(), Body: body,
 	}
 }
 
 // window copies up to limit (no limit when limit <= 0) retained messages
-// with Seq >= from. The bodies share one buffer and the ids and keys one
-// string, so a window costs three allocations whatever its length; each body
-// is capped at its length, so appending to one cannot overwrite the next.
+// with Seq >= from. The bodies share one buffer and the ids and keys
+// another, never written again once a string is made of its bytes, so a
+// window costs three allocations whatever its length; each body is capped
+// at its length, so appending to one cannot overwrite the next. A key that
+// is its scope alone is the table's string.
 func (sl *subjectLog) window(from uint64, limit int) []store.Message {
 	from = max(from, sl.first)
 	if from-sl.first >= uint64(sl.n) {
@@ -199,35 +264,46 @@ func (sl *subjectLog) window(from uint64, limit int) []store.Message {
 		n = limit
 	}
 	var nbody, nstr int
-	for i := range n {
+	for i := range n { // from the headers alone, unless a message's lengths are long
 		c, j := sl.at(i0 + i)
 		h := &c.hdrs[j]
-		nstr += h.idLen + h.keyLen
-		nbody += h.end - c.start(j) - h.idLen - h.keyLen
+		id, rest, body := int(h.idLen), int(h.restLen), c.size(j)-int(h.idLen)-int(h.restLen)
+		if id == longLen {
+			b := c.bytes(j)
+			id, rest, body = len(b.id), len(b.rest), len(b.body)
+		}
+		nstr += id
+		if rest > 0 {
+			nstr += len(sl.scopes.strs[h.scope]) + rest
+		}
+		nbody += body
 	}
 	out := make([]store.Message, n)
 	bodies := make([]byte, nbody)
-	var strs strings.Builder
-	strs.Grow(nstr)
+	strs := make([]byte, nstr)
 	for i := range out {
 		c, j := sl.at(i0 + i)
-		h := &c.hdrs[j]
-		s := c.start(j)
-		strs.Write(c.data[s : s+h.idLen+h.keyLen])
+		h, b := &c.hdrs[j], c.bytes(j)
 		m := &out[i]
 		m.Subject, m.Seq = sl.name, from+uint64(i)
-		m.Time, m.IdemExpires = h.time.time(), h.expiry.time()
-		if k := copy(bodies, c.body(j)); k > 0 {
+		m.Time, m.IdemExpires = h.time().time(), h.expiry().time()
+		if k := copy(strs, b.id); k > 0 {
+			m.ID = unsafe.String(&strs[0], k)
+			strs = strs[k:]
+		}
+		scope := sl.scopes.strs[h.scope]
+		if len(b.rest) == 0 {
+			m.IdemKey = scope
+		} else {
+			k := copy(strs, scope)
+			k += copy(strs[k:], b.rest)
+			m.IdemKey = unsafe.String(&strs[0], k)
+			strs = strs[k:]
+		}
+		if k := copy(bodies, b.body); k > 0 {
 			m.Body = bodies[:k:k]
 			bodies = bodies[k:]
 		}
-	}
-	all := strs.String()
-	for i := range out {
-		c, j := sl.at(i0 + i)
-		h := &c.hdrs[j]
-		out[i].ID, all = all[:h.idLen], all[h.idLen:]
-		out[i].IdemKey, all = all[:h.keyLen], all[h.keyLen:]
 	}
 	return out
 }
@@ -257,20 +333,4 @@ func (sl *subjectLog) dropFront(k int, gone func(c *chunk, j int, seq uint64)) {
 	if len(sl.chunks) == 0 {
 		sl.chunks = nil
 	}
-}
-
-// newChunk returns the headers and arena of a log's next chunk, which holds
-// n headers. full is how long the last full chunk's arena grew (-1 for the
-// first chunk). The first chunk grows by append, so a quiet log stays
-// small; every later one gets all its headers at once and an arena an
-// eighth larger than the last one's, so it rarely regrows. arena keeps that
-// size between calls.
-func newChunk[H any](n, full int, arena *int) ([]H, []byte) {
-	if full >= 0 {
-		*arena = full + full/8
-	}
-	if *arena == 0 {
-		return nil, nil
-	}
-	return make([]H, 0, n), make([]byte, 0, *arena)
 }

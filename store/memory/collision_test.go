@@ -170,6 +170,9 @@ func randomOps(r *rand.Rand, n int) []randomOp {
 			}
 			if r.IntN(10) > 3 {
 				o.key = "k" + strconv.Itoa(r.IntN(12))
+				if r.IntN(2) == 0 { // scoped as the broker scopes keys (keyScopes)
+					o.key = o.subject + "\x00p" + strconv.Itoa(r.IntN(2)) + "\x00" + o.key
+				}
 			}
 			if r.IntN(20) == 0 {
 				o.id = ""

@@ -43,8 +43,9 @@ func (x *idempotency) init(grace time.Duration) {
 // holdsKey tells whether the message at loc, in its log or kept, has the
 // idempotency key key.
 func (l *messageLog) holdsKey(loc msgLoc, key string) bool {
-	if c, j, ok := l.logs[loc.log].get(loc.seq); ok {
-		return string(c.key(j)) == key
+	sl := l.logs[loc.log]
+	if c, j, ok := sl.get(loc.seq); ok {
+		return sl.keyIs(c, j, key)
 	}
 	m, ok := l.idem.kept[loc]
 	return ok && m.IdemKey == key
@@ -53,8 +54,9 @@ func (l *messageLog) holdsKey(loc msgLoc, key string) bool {
 // claimKey returns the idempotency key of the message at loc, in its log or
 // kept.
 func (l *messageLog) claimKey(loc msgLoc) (string, bool) {
-	if c, j, ok := l.logs[loc.log].get(loc.seq); ok {
-		return string(c.key(j)), true
+	sl := l.logs[loc.log]
+	if c, j, ok := sl.get(loc.seq); ok {
+		return sl.key(c, j), true
 	}
 	m, ok := l.idem.kept[loc]
 	return m.IdemKey, ok
@@ -69,7 +71,7 @@ func (l *messageLog) claim(h uint64, key string, t stamp) (store.Message, bool) 
 	}
 	sl := l.logs[loc.log]
 	if c, j, ok := sl.get(loc.seq); ok {
-		if !t.before(c.hdrs[j].expiry) {
+		if !t.before(c.hdrs[j].expiry()) {
 			return store.Message{}, false
 		}
 		return sl.message(c, j, loc.seq, "", key), true
@@ -94,7 +96,7 @@ func (l *messageLog) addClaim(m *store.Message, h uint64, loc msgLoc, now stamp)
 				delete(x.kept, old)
 			}
 			x.keys.prepare(&l.spares.running)
-			x.expiry.push(expiry{at: expires, hash: h, loc: loc})
+			x.expiry.push(newExpiry(expires, h, loc))
 		}
 	}
 	if x.newest.before(now) {
@@ -106,7 +108,7 @@ func (l *messageLog) addClaim(m *store.Message, h uint64, loc msgLoc, now stamp)
 		if !ok {
 			break
 		}
-		l.dropClaim(e.hash, e.loc)
+		l.dropClaim(e.hash, e.loc())
 	}
 }
 
@@ -128,15 +130,15 @@ func (l *messageLog) dropClaim(h uint64, loc msgLoc) {
 // keepClaim copies message j of c, sequence seq of sl, out of the log
 // before retention drops it, when its entry still holds its key.
 func (l *messageLog) keepClaim(sl *subjectLog, c *chunk, j int, seq uint64) {
-	key := c.key(j)
-	if len(key) == 0 {
+	if !c.hasKey(j) {
 		return
 	}
 	x := &l.idem
 	loc := msgLoc{log: sl.num, seq: seq}
-	cur, ok := x.keys.hashedLoc(l.hash.bytes(key))
-	if !(ok && cur == loc) && !(len(x.keys.overflow) > 0 && x.keys.overflow[string(key)] == loc) {
-		return
+	if cur, ok := x.keys.hashedLoc(l.hash.parts(sl.scopes.strs[c.hdrs[j].scope], c.bytes(j).rest)); !ok || cur != loc {
+		if len(x.keys.overflow) == 0 || x.keys.overflow[sl.key(c, j)] != loc {
+			return
+		}
 	}
 	if x.kept == nil {
 		x.kept = make(map[msgLoc]store.Message)

@@ -33,6 +33,15 @@ func (h *hasher) string(s string) uint64 { return maphash.String(h.seed, s) & h.
 // bytes is string for the same bytes held as a slice.
 func (h *hasher) bytes(b []byte) uint64 { return maphash.Bytes(h.seed, b) & h.mask }
 
+// parts is string for the string a followed by b.
+func (h *hasher) parts(a string, b []byte) uint64 {
+	var x maphash.Hash
+	x.SetSeed(h.seed)
+	x.WriteString(a)
+	x.Write(b)
+	return x.Sum64() & h.mask
+}
+
 // index maps strings (the ids, or the idempotency keys) to the message that
 // holds each. It is keyed by a 64-bit hash of the string rather than the
 // string, and holds no pointer, so it is cheap to grow and the garbage
@@ -49,7 +58,6 @@ func (h *hasher) bytes(b []byte) uint64 { return maphash.Bytes(h.seed, b) & h.ma
 type index struct {
 	byHash   hashtab.Table[packedLoc] // at most one slot per hash
 	overflow map[string]msgLoc
-	touched  uint64 // what prefetch read, so that the read stays
 	// next is the table byHash grows into next while it is made (prepare),
 	// nil otherwise.
 	next *spareTable
@@ -104,12 +112,6 @@ func (x *index) get(h uint64, s string, holds func(msgLoc, string) bool) (msgLoc
 	loc, ok := x.overflow[s]
 	return loc, ok
 }
-
-// prefetch reads the slot of hash h, so that a get or put of it that
-// follows finds it in cache. In a large index a lookup costs a cache miss
-// or two; prefetching one index just before looking up another lets the
-// two misses overlap.
-func (x *index) prefetch(h uint64) { x.touched ^= x.byHash.Touch(h) }
 
 // put makes loc the message holding s, whose hash is h, and returns the
 // one that held it before, if any. It probes byHash once: the hash's slot

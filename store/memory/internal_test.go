@@ -1,7 +1,9 @@
 package memory
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,12 +111,12 @@ func TestExpiryHeapOrder(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	in := []int{5, 3, 9, 1, 1, 7, 2, 8, 6, 4, 0}
 	for _, d := range in {
-		h.push(expiry{at: stampOf(t0.Add(time.Duration(d))), hash: uint64(d)})
+		h.push(newExpiry(stampOf(t0.Add(time.Duration(d))), uint64(d), msgLoc{}))
 	}
 	var got []int
 	for len(h) > 0 {
 		e := h.pop()
-		got = append(got, int(e.at.time().Sub(t0)))
+		got = append(got, int(e.at().time().Sub(t0)))
 	}
 	require.Equal(t, []int{0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9}, got)
 }
@@ -130,7 +132,7 @@ func TestExpiryQueue(t *testing.T) {
 		if i%100 == 99 {
 			d = i - 50 // late: goes to the heap
 		}
-		q.push(expiry{at: at(d), hash: uint64(i)})
+		q.push(newExpiry(at(d), uint64(i), msgLoc{}))
 	}
 	require.Equal(t, n, q.len())
 	require.Equal(t, n/100, len(q.heap))
@@ -144,9 +146,9 @@ func TestExpiryQueue(t *testing.T) {
 			if !ok {
 				break
 			}
-			require.False(t, at(cut).before(e.at), "popped %v before its time", e.at.time())
-			require.False(t, e.at.before(prev), "popped %v after %v", e.at.time(), prev.time())
-			prev = e.at
+			require.False(t, at(cut).before(e.at()), "popped %v before its time", e.at().time())
+			require.False(t, e.at().before(prev), "popped %v after %v", e.at().time(), prev.time())
+			prev = e.at()
 			popped[e.hash] = true
 		}
 		for i := range n {
@@ -160,10 +162,10 @@ func TestExpiryQueue(t *testing.T) {
 	}
 	require.Zero(t, q.len())
 	require.Equal(t, 1, len(q.fifo.chunks), "an emptied FIFO keeps one chunk for the next push")
-	q.push(expiry{at: at(1)})
+	q.push(newExpiry(at(1), 0, msgLoc{}))
 	e, ok := q.popDue(at(1))
 	require.True(t, ok)
-	require.Equal(t, at(1), e.at)
+	require.Equal(t, at(1), e.at())
 }
 
 func TestStamp(t *testing.T) {
@@ -213,8 +215,8 @@ func TestChunkArena(t *testing.T) {
 	sl := s.msgs.subjects["a"]
 	require.Len(t, sl.chunks, 3)
 	first, second := sl.chunks[0], sl.chunks[1]
-	require.Equal(t, len(first.data)+len(first.data)/8, cap(second.data), "a new chunk's arena is sized from the last full one, and did not regrow")
-	require.Equal(t, sl.arena, cap(sl.chunks[2].data))
+	require.Equal(t, withSlack(first.used()), cap(second.data), "a new chunk's arena is sized from the last full one")
+	require.Equal(t, withSlack(second.used()), sl.arenaSize, "and so is the next one's, unless a spare made meanwhile holds enough")
 
 	got, err := s.Read(ctx, "a", 0, 0)
 	require.NoError(t, err)
@@ -257,4 +259,55 @@ func TestKeptCopiesAreDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, dup, "k9 expired at 69s")
 	require.Len(t, s.msgs.idem.kept, 3, "a key claimed again drops its old copy")
+}
+
+// TestLongIDsAndKeys: a message whose id or key's rest is longLen bytes or
+// longer keeps their lengths in its bytes rather than its header, and
+// reads back, deduplicates and is trimmed as any other.
+func TestLongIDsAndKeys(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range []int{longLen - 1, longLen, longLen + 1} {
+		for _, long := range []string{"id", "key"} {
+			t.Run(fmt.Sprintf("%s of %d", long, n), func(t *testing.T) {
+				s := New(nil)
+				ctx := t.Context()
+				id, key := "m", "a\x00p\x00k"
+				if long == "id" {
+					id = strings.Repeat("i", n)
+				} else {
+					key = "a\x00p\x00" + strings.Repeat("k", n)
+				}
+				body := []byte("body")
+				msgs := []store.Message{
+					{Subject: "a", ID: "before", Time: t0, Body: body},
+					{Subject: "a", ID: id, Time: t0, IdemKey: key, IdemExpires: t0.Add(time.Hour), Body: body},
+					{Subject: "a", ID: "after", Time: t0.Add(time.Second), IdemKey: "a\x00p\x00k2", IdemExpires: t0.Add(time.Hour), Body: body},
+				}
+				for _, m := range msgs {
+					_, _, err := s.Append(ctx, m)
+					require.NoError(t, err)
+				}
+				sl := s.msgs.subjects["a"]
+				require.Equal(t, n >= longLen, sl.chunks[0].hdrs[1].idLen == longLen, "the lengths are in the header unless one is too long")
+				got, err := s.Read(ctx, "a", 0, 0)
+				require.NoError(t, err)
+				require.Len(t, got, 3)
+				for i, m := range msgs {
+					require.Equal(t, m.ID, got[i].ID)
+					require.Equal(t, m.IdemKey, got[i].IdemKey)
+					require.Equal(t, m.Body, got[i].Body)
+				}
+				m, err := s.Lookup(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, key, m.IdemKey)
+				_, err = s.TrimBefore(ctx, "a", t0.Add(time.Second))
+				require.NoError(t, err)
+				orig, dup, err := s.Append(ctx, store.Message{Subject: "a", ID: "again", Time: t0, IdemKey: key, IdemExpires: t0.Add(time.Hour)})
+				require.NoError(t, err)
+				require.True(t, dup, "the trimmed message's key still deduplicates")
+				require.Equal(t, id, orig.ID)
+				require.Equal(t, body, orig.Body)
+			})
+		}
+	}
 }

@@ -7,20 +7,27 @@
 // Each subject has a log whose messages sit in fixed-size chunks indexed by
 // seq - first, so Read finds its start in O(1), Append never moves old
 // messages and trimming frees whole chunks. A chunk keeps no pointer per
-// message: each message is a fixed header (lengths, and times as Unix
-// seconds and nanoseconds) plus the bytes of its id, idempotency key and
-// body, copied one after the other into the chunk's byte arena. A new
-// chunk's arena is sized from the last full one's, so it rarely regrows.
-// The subject is the log's; messages are rebuilt as store.Message values on
-// the way out. The bytes of a trimmed message stay until its whole chunk
-// goes.
+// message: each message is a fixed 40-byte header (where its bytes end,
+// its times as Unix seconds and nanoseconds, the scope of its key) plus its
+// bytes, copied one after the other into the chunk's byte arena: the
+// lengths of its id and key as uvarints, then the id, the key and the body.
+// A new chunk's arena is sized from the last full one's, with little room
+// to spare; a chunk whose messages outgrow it continues in a second arena
+// made for the rest, so an arena is never copied. The subject is the log's;
+// messages are rebuilt as store.Message values on the way out. The bytes of
+// a trimmed message stay until its whole chunk goes.
+//
+// The broker scopes an idempotency key by subject and principal (subject,
+// NUL, principal, NUL, the client's key). A key's bytes up to its second
+// NUL are its scope, kept once per store in a table of scopes; a message
+// keeps the scope's number and the rest of its key (see keyScopes).
 //
 // A chunk's arena is fresh memory, and the first write to each of its
 // pages is a page fault. Once a log's chunk has filled, the chunk after
-// the last one is made on a short-lived goroutine of its own while the
-// last one fills, and the pages it is expected to fill touched there, so
-// that Append copies into memory that is already mapped; the spares a store holds at once are
-// bounded, and Close waits for the one being made. The hash tables of the
+// the last one is made on a short-lived goroutine of its own as soon as
+// the last one begins, and the pages it is expected to fill touched there,
+// so that Append copies into memory that is already mapped; the spares a
+// store holds at once are bounded, and Close waits for the one being made. The hash tables of the
 // id and idempotency key indexes are made ahead the same way: once one is
 // 75% full, the table it grows into is made and its pages written on a
 // goroutine of its own, and handed over before it is needed.
@@ -40,13 +47,13 @@
 // without a background goroutine. A message trimmed while its key still
 // deduplicates is copied out of its chunk until its entry goes.
 //
-// Audit records are kept the same way: chunks of fixed 64-byte headers and
+// Audit records are kept the same way: chunks of fixed 32-byte headers and
 // a byte arena. The fields that repeat (type, outcome, code, gate, subject,
 // principal, contract, policy and schema ids) are numbered in one interned
-// table per store; an id of the form "aud_<seq>", a previous hash equal to
-// the record before's hash and a lowercase-hex hash are stored in short
-// forms, and anything else verbatim, so every record reads back as it was
-// appended.
+// table per store, and each distinct combination of them in another; an id
+// of the form "aud_<seq>", a previous hash equal to the record before's
+// hash and a lowercase-hex hash are stored in short forms, and anything
+// else verbatim, so every record reads back as it was appended.
 //
 // The indexes, the queue and the chunks hold no pointers, so the garbage
 // collector has nothing in them to scan: what Append and a collection cost

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"pigeon/store"
 )
@@ -20,6 +21,8 @@ type messageLog struct {
 	// ids maps a message id to the last message appended with it.
 	ids  index
 	idem idempotency
+	// scopes are the scopes of the idempotency keys the logs hold.
+	scopes keyScopes
 	// hash is set by New and never changed (tests narrow its mask before
 	// the first Append), so it is used without the lock.
 	hash hasher
@@ -28,6 +31,10 @@ type messageLog struct {
 	// accepted is AppendAcceptedBatchTo's buffer for the records it hands
 	// over, kept for the next batch (up to maxAcceptedBuf records).
 	accepted []store.AuditRecord
+	// seqs holds the decimal sequences of the acceptance records.
+	seqs decimals
+	// touched is what prefetch read, so that the reads stay.
+	touched uint64
 }
 
 // maxAcceptedBuf is the most records messageLog.accepted keeps room for.
@@ -37,6 +44,7 @@ func (l *messageLog) init(grace time.Duration) {
 	l.subjects = make(map[string]*subjectLog)
 	l.ids = newIndex()
 	l.idem.init(grace)
+	l.scopes.init()
 	l.hash = newHasher()
 }
 
@@ -45,7 +53,9 @@ func (l *messageLog) release() {
 	l.logs = nil
 	l.ids = index{}
 	l.idem = idempotency{}
+	l.scopes = keyScopes{}
 	l.accepted = nil
+	l.seqs = decimals{}
 }
 
 // holdsID tells whether the message at loc, still in its log, has the id
@@ -59,7 +69,7 @@ func (l *messageLog) holdsID(loc msgLoc, id string) bool {
 func (l *messageLog) subject(subject string) *subjectLog {
 	sl := l.subjects[subject]
 	if sl == nil {
-		sl = &subjectLog{name: subject, num: uint32(len(l.logs)), first: 1}
+		sl = &subjectLog{name: subject, num: uint32(len(l.logs)), first: 1, scopes: &l.scopes}
 		l.subjects[subject] = sl
 		l.logs = append(l.logs, sl)
 	}
@@ -119,7 +129,7 @@ func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRec
 		return orig, true, nil
 	}
 	if q != nil {
-		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, strconv.FormatUint(m.Seq, 10)
+		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, l.seqs.format(m.Seq)
 		q.QueueAudit(*acc)
 	}
 	return m, false, nil
@@ -165,6 +175,9 @@ func (s *Store) AppendAcceptedBatchTo(ctx context.Context, dst []store.Appended,
 	if err := s.checkClosed(); err != nil {
 		return fail(err)
 	}
+	for i := range ms { // every slot's cache miss at once, not one message's at a time
+		l.prefetch(&ms[i], hs[2*i], hs[2*i+1])
+	}
 	recs := l.accepted[:0]
 	n := len(ms)
 	for i := range ms {
@@ -176,7 +189,7 @@ func (s *Store) AppendAcceptedBatchTo(ctx context.Context, dst []store.Appended,
 		}
 		out[i].Stored = m
 		acc := accepted[i]
-		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, strconv.FormatUint(m.Seq, 10)
+		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, l.seqs.format(m.Seq)
 		recs = append(recs, acc)
 	}
 	if len(recs) > 0 {
@@ -201,16 +214,28 @@ func (l *messageLog) hashes(m *store.Message) (idHash, keyHash uint64) {
 	return idHash, keyHash
 }
 
+// prefetch reads the index slots where m's id and key go, one right after
+// the other, so that the lookups and inserts that follow find them in
+// cache. In a large index each is a cache miss; issued together, the two
+// take about the time of one. (The id's slot read alone before the key's
+// lookup, a few calls later, cost a whole miss of its own.)
+func (l *messageLog) prefetch(m *store.Message, idHash, keyHash uint64) {
+	var t uint64
+	if m.ID != "" {
+		t = l.ids.byHash.Touch(idHash)
+	}
+	if m.IdemKey != "" {
+		t ^= l.idem.keys.byHash.Touch(keyHash)
+	}
+	l.touched ^= t
+}
+
 // appendLocked is the step of Append under the lock: it returns the
 // original when m's idempotency key is claimed (dup), and otherwise
 // stores m, setting its Seq. idHash and keyHash are hashes's.
 func (l *messageLog) appendLocked(m *store.Message, idHash, keyHash uint64) (orig store.Message, dup bool) {
 	now := stampOf(m.Time)
-	if m.ID != "" {
-		// Read the id's slot now, so that its cache miss overlaps the one
-		// of the key's lookup in claim rather than following it.
-		l.ids.prefetch(idHash)
-	}
+	l.prefetch(m, idHash, keyHash)
 	if m.IdemKey != "" {
 		if orig, ok := l.claim(keyHash, m.IdemKey, now); ok {
 			return orig, true
@@ -295,7 +320,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 	return s.trimFront(ctx, subject, func(sl *subjectLog) int {
 		k := 0
 		for ; k < sl.n; k++ {
-			if c, j := sl.at(k); !c.hdrs[j].time.before(before) {
+			if c, j := sl.at(k); !c.hdrs[j].time().before(before) {
 				break
 			}
 		}
@@ -411,3 +436,26 @@ func (s *Store) IdempotencyEntries() int {
 	defer s.msgs.mu.RUnlock()
 	return s.msgs.idem.keys.len()
 }
+
+// decimals writes numbers in decimal for the acceptance records, a few
+// hundred into each buffer rather than one allocation each. A buffer is
+// only ever appended to, never written where a string was handed out, so
+// the strings stay as they were; one keeps its buffer alive, which is
+// small.
+type decimals struct{ buf []byte }
+
+// decimalsBuf is the size of a decimals buffer.
+const decimalsBuf = 4096
+
+// format returns x in decimal.
+func (d *decimals) format(x uint64) string {
+	if cap(d.buf)-len(d.buf) < maxDecimal {
+		d.buf = make([]byte, 0, decimalsBuf)
+	}
+	start := len(d.buf)
+	d.buf = strconv.AppendUint(d.buf, x, 10)
+	return unsafe.String(&d.buf[start], len(d.buf)-start)
+}
+
+// maxDecimal is the most digits a uint64 has.
+const maxDecimal = 20

@@ -23,30 +23,34 @@ func appendN(t *testing.T, s *Store, from, n int, body []byte) {
 
 // TestNextChunkIsPreparedAhead: once a log's chunk has filled, the chunk
 // after the last one is made (and its pages touched) on a goroutine of its
-// own while the last one fills, and the append that begins it takes that
-// one rather than making its own; the spares' bytes are given back.
+// own as soon as the last one begins, sized as the last full one, and the
+// append that begins it takes that one rather than making its own; the
+// spares' bytes are counted while they wait.
 func TestNextChunkIsPreparedAhead(t *testing.T) {
 	s := New(nil)
 	body := make([]byte, 100)
-	appendN(t, s, 0, chunkLen+spareAt-1, body)
+	appendN(t, s, 0, chunkLen, body)
 	sl := s.msgs.subjects["a"]
-	require.False(t, sl.spare.preparing, "the first chunk's arena size is not known until it fills: nothing is prepared for the second")
-	appendN(t, s, chunkLen+spareAt-1, 1, body)
-	require.True(t, sl.spare.preparing)
-	require.Eventually(t, func() bool { return sl.spare.ready.Load() != nil }, 10*time.Second, time.Millisecond)
+	require.False(t, sl.spare.preparing, "the first chunk's arena size is not known until it fills: nothing is prepared while it does")
+	ready := func() bool { return sl.spare.ready.Load() != nil }
+
+	appendN(t, s, chunkLen, 1, body)
+	require.True(t, sl.spare.preparing, "the second chunk begun, the third is prepared")
+	require.Eventually(t, ready, 10*time.Second, time.Millisecond)
 	spare := sl.spare.ready.Load()
-	require.GreaterOrEqual(t, cap(spare.data), sl.arena, "the spare is sized as the next chunk will want it, at least")
+	require.Equal(t, sl.arenaSize, cap(spare.data), "sized as the last full chunk's arena")
 	require.Equal(t, chunkLen, cap(spare.hdrs))
 	require.Equal(t, int64(cap(spare.data)), s.msgs.spares.bytes.Load())
 
-	appendN(t, s, chunkLen+spareAt, chunkLen-spareAt+1, body)
+	appendN(t, s, chunkLen+1, chunkLen, body) // the rest of the second chunk, and the first of the third
 	require.Len(t, sl.chunks, 3)
 	third := sl.chunks[2]
 	require.Same(t, &spare.data[:1][0], &third.data[0], "the third chunk is the spare")
 	require.Len(t, third.hdrs, 1)
-	require.Nil(t, sl.spare.ready.Load())
-	require.False(t, sl.spare.preparing)
-	require.Zero(t, s.msgs.spares.bytes.Load())
+	require.True(t, sl.spare.preparing, "the third chunk begun, the fourth is prepared")
+	require.Eventually(t, ready, 10*time.Second, time.Millisecond)
+	require.NotSame(t, spare, sl.spare.ready.Load())
+	require.Equal(t, int64(cap(sl.spare.ready.Load().data)), s.msgs.spares.bytes.Load(), "only the fourth's bytes are counted")
 
 	got, err := s.Read(t.Context(), "a", 2*chunkLen, 0)
 	require.NoError(t, err)
@@ -55,27 +59,31 @@ func TestNextChunkIsPreparedAhead(t *testing.T) {
 	require.Equal(t, body, got[1].Body)
 }
 
-// TestSpareBounds: a spare smaller than the next chunk wants is dropped
-// (and its bytes given back); no spare is prepared past maxSpareBytes;
-// Close waits for a chunk being prepared.
+// TestSpareBounds: a spare much smaller than the last full chunk took is
+// dropped (and its bytes given back); no spare is prepared past
+// maxSpareBytes; Close waits for a chunk being prepared.
 func TestSpareBounds(t *testing.T) {
 	t.Run("too small", func(t *testing.T) {
 		s := New(nil)
-		appendN(t, s, 0, chunkLen+spareAt, make([]byte, 10))
+		appendN(t, s, 0, chunkLen+1, make([]byte, 10))
 		sl := s.msgs.subjects["a"]
 		require.Eventually(t, func() bool { return sl.spare.ready.Load() != nil }, 10*time.Second, time.Millisecond)
-		// The rest of the chunk is far larger than its start: the next
-		// chunk wants more than the spare holds.
-		appendN(t, s, chunkLen+spareAt, chunkLen-spareAt, make([]byte, 1000))
+		spare := sl.spare.ready.Load()
+		// The rest of the second chunk is far larger than its start: it
+		// spills, and the third wants more than the spare holds.
+		appendN(t, s, chunkLen+1, chunkLen-1, make([]byte, 1000))
 		appendN(t, s, 2*chunkLen, 1, nil)
 		third := sl.chunks[2]
-		require.Equal(t, sl.arena, cap(third.data), "made to the size wanted, not the spare")
-		require.Zero(t, s.msgs.spares.bytes.Load())
+		require.NotSame(t, &spare.data[:1][0], &third.data[0], "the spare is dropped")
+		require.Equal(t, sl.arenaSize, cap(third.data), "made to the size wanted")
+		require.Equal(t, withSlack(sl.chunks[1].used()), sl.arenaSize)
+		require.Eventually(t, func() bool { return sl.spare.ready.Load() != nil }, 10*time.Second, time.Millisecond)
+		require.Equal(t, int64(sl.arenaSize), s.msgs.spares.bytes.Load(), "the dropped spare's bytes are given back; the fourth's are counted")
 	})
 	t.Run("store bound", func(t *testing.T) {
 		s := New(nil)
 		s.msgs.spares.bytes.Store(maxSpareBytes) // the store's spares are at their bound
-		appendN(t, s, 0, chunkLen+spareAt, make([]byte, 10))
+		appendN(t, s, 0, chunkLen+1, make([]byte, 10))
 		sl := s.msgs.subjects["a"]
 		require.False(t, sl.spare.preparing)
 		require.Nil(t, sl.spare.ready.Load())
@@ -83,7 +91,7 @@ func TestSpareBounds(t *testing.T) {
 	})
 	t.Run("close", func(t *testing.T) {
 		s := New(nil)
-		appendN(t, s, 0, chunkLen+spareAt, make([]byte, 10))
+		appendN(t, s, 0, chunkLen+1, make([]byte, 10))
 		// Close waits for the goroutine preparing the next chunk, which
 		// needs no lock Close holds.
 		require.NoError(t, s.Close(context.Background()))
