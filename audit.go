@@ -93,7 +93,13 @@ func (ev Event) record(outcome Outcome, code Code, r store.AuditRecord) store.Au
 // engine (package programs): outcome "allow" when code is CodeOK, "deny"
 // otherwise, and r carries the rest (principal, subject, reference). It
 // returns once the store has the record, with the store's error otherwise.
+// Shutdown waits for a record begun before it; one begun after is
+// written all the same, by the caller, and on a store Shutdown closed the
+// error is SHUTTING_DOWN (inflight.go).
 func (e *Engine) Record(ctx context.Context, ev Event, code Code, r AuditRecord) error {
+	if e.ops.enter() {
+		defer e.ops.leave()
+	}
 	outcome := OutcomeAllow
 	if code != CodeOK {
 		outcome = OutcomeDeny
@@ -255,7 +261,7 @@ func (e *Engine) flushCoalesced(now time.Time) {
 // set.
 func (e *Engine) queueAudit(r store.AuditRecord, wait bool) error {
 	if !wait {
-		e.auditor.QueueAudit(r)
+		e.queueAsync(r) // written by the caller once the writer stopped (inflight.go)
 		return nil
 	}
 	return e.enqueueAudit(r)()
@@ -335,14 +341,14 @@ func (e *Engine) auditWriter() {
 		select {
 		case <-a.kick:
 		case <-e.done:
-			a.release()
+			e.stopWriting()
 			return
 		}
 		t.Reset(auditLinger)
 		select {
 		case <-t.C:
 		case <-e.done:
-			a.release()
+			e.stopWriting()
 			return
 		}
 		a.mu.Lock()

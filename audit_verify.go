@@ -34,9 +34,10 @@ type auditWalk struct {
 // meanwhile. A call whose ctx ends stops waiting; the walk goes on for the
 // others, bounded by the engine's life.
 func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
-	if e.closed.Load() {
+	if !e.ops.enter() { // Shutdown waits for the walk's start (inflight.go)
 		return 0, errShutdown()
 	}
+	defer e.ops.leave()
 	w := &e.verifies
 	w.mu.Lock()
 	var walk *auditWalk
@@ -64,7 +65,7 @@ func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
 // startWalk runs walk, then the walk waiting after it, if any. Call it
 // with e.verifies.mu held.
 func (e *Engine) startWalk(walk *auditWalk) {
-	e.goTracked(func() {
+	started := e.goTracked(func() {
 		// A panic of the walk (of the store, which the application may
 		// supply) is a failed walk: its callers are answered, and the
 		// next walk can start.
@@ -73,6 +74,9 @@ func (e *Engine) startWalk(walk *auditWalk) {
 			n, err = e.walkAudit(e.ctx)
 			return err
 		})
+		if ErrorCode(err) == CodeRequestTimeout && e.ctx.Err() != nil {
+			err = errShutdown() // cut short by Shutdown, not by the caller's time
+		}
 		w := &e.verifies
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -83,4 +87,9 @@ func (e *Engine) startWalk(walk *auditWalk) {
 			e.startWalk(w.running)
 		}
 	})
+	if !started { // past Shutdown's wait for the engine's goroutines (goTracked)
+		walk.err = errShutdown()
+		close(walk.done)
+		e.verifies.running = nil
+	}
 }

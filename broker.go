@@ -298,10 +298,10 @@ type Engine struct {
 
 	closed    atomic.Bool
 	ops       inflight // the operations in flight, that Shutdown waits for (inflight.go)
+	bg        inflight // the engine's goroutines (goTracked), that Shutdown waits for after them
 	done      chan struct{}
 	ctx       context.Context // canceled by Shutdown; background work derives from it
 	stop      context.CancelFunc
-	wg        sync.WaitGroup
 	shutOnce  sync.Once
 	closeOnce sync.Once // the owned store's Close, by the Shutdown that finishes first
 }
@@ -434,6 +434,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{}),
 		authGuard: newAuthGuardSite(o.AuthFailureLimit, o.AuthFailureSite, o.AuthFailureWindow)}
 	e.ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
+	e.ops.late = e.writeLate // an operation leaving after the audit writer stopped writes what it queued
 	if e.store == nil {
 		e.store = memory.New(&memory.Options{Now: o.Now})
 		e.ownStore = true
@@ -521,13 +522,21 @@ func steadyClock(now func() time.Time, o *Options) func() time.Time {
 // other libraries. A loop that must go on after a panic (the janitor, the
 // bound trimmer, the cluster watch, a session's renewals) survives each
 // turn itself; this is what is left for the rest.
-func (e *Engine) goTracked(fn func()) {
-	e.wg.Add(1)
+//
+// It is called by an operation in flight, by a goroutine it started, or
+// by New, and then fn runs, Shutdown waiting for it. Called otherwise,
+// once Shutdown has waited for the engine's goroutines, it runs nothing
+// and reports false (see inflight.go).
+func (e *Engine) goTracked(fn func()) bool {
+	if !e.bg.join() {
+		return false
+	}
 	go func() {
-		defer e.wg.Done()
+		defer e.bg.out()
 		defer e.survived("a background task of the engine")
 		fn()
 	}()
+	return true
 }
 
 // survived, deferred by the engine's background work, recovers a panic
@@ -621,6 +630,10 @@ func (e *Engine) sweep() {
 // ends their subscriptions with it at once. Nothing
 // changes when any subject fails to lint or compile.
 func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
+	if !e.ops.enter() { // Shutdown waits for its records and its byte counts (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	if c == nil {
 		return NewError(CodePolicyInvalid, "no catalog")
 	}
@@ -743,9 +756,10 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 // refused within Options.AuthFailureWindow is refused RATE_LIMITED, with
 // details.retryAfterMs, before c is looked at.
 func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
-	if e.closed.Load() {
+	if !e.ops.enter() { // Shutdown waits for its auth.failed record (inflight.go)
 		return nil, errShutdown()
 	}
+	defer e.ops.leave()
 	src := SourceOf(c.RemoteAddr)
 	if left, site := e.authGuard.lockedBy(src, e.now()); left > 0 {
 		err := &Error{Code: CodeRateLimited, Message: "too many failed authentications from this address; try again later",
@@ -863,9 +877,10 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (p *P
 // expired, Negotiate refuses p UNAUTHENTICATED (audited contract.denied):
 // the caller must authenticate again with a fresh credential.
 func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, subjects []string, ttl time.Duration) (Contract, error) {
-	if e.closed.Load() {
+	if !e.ops.enter() { // Shutdown waits for its records (inflight.go)
 		return nil, errShutdown()
 	}
+	defer e.ops.leave()
 	if region == "" {
 		region = e.opts.Region
 	}
@@ -879,6 +894,10 @@ func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, sub
 
 // Connect implements Broker with an in-process session.
 func (e *Engine) Connect(ctx context.Context, credential string, subjects []string, opts ...ConnectOption) (Session, error) {
+	if !e.ops.enter() { // Shutdown waits for its records and its renewals (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
@@ -908,17 +927,24 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 }
 
 // Shutdown stops accepting work, ends subscriptions and waits for the
-// operations in flight (a publish, a batch, a release, an ack: see
-// inflight.go) and background goroutines, or for ctx, whichever comes
-// first; when ctx comes first it returns ctx's error, and a later call
-// waits again. Once they have ended it writes what is left of the audit
-// queue, so that every operation answered before has its records in the
-// store, and closes the store, only when the engine made it. It is
-// idempotent; later calls return nil once the first has finished.
+// operations in flight (a publish, a batch, a release, an ack, a
+// negotiation, a subscription: see inflight.go), then for the engine's
+// goroutines, or for ctx, whichever comes first; when ctx comes first it
+// returns ctx's error, and a later call waits again. Once they have ended
+// it writes what is left of the audit queue, so that every operation
+// answered before has its records in the store, and closes the store,
+// only when the engine made it. A record queued after that (a refusal a
+// server records late) is written by its caller. It is idempotent; later
+// calls return nil once the first has finished.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.shutOnce.Do(func() {
 		e.closed.Store(true)
 		e.ops.close() // from here on an operation is refused SHUTTING_DOWN
+		// No run of refusals is counted from here on: the janitor, whose
+		// flushes write them, stops (inflight.go).
+		for _, r := range e.coalesce.close() {
+			e.queueAudit(r, false)
+		}
 		close(e.done)
 		e.subs.closeAll()
 		e.stop()
@@ -927,17 +953,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if err := e.ops.wait(ctx); err != nil {
 		return err
 	}
-	waited := make(chan struct{})
-	go func() {
-		e.wg.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		return ctx.Err()
+	e.bg.close() // every goroutine of the engine was started by now, or is started by one still running
+	if err := e.bg.wait(ctx); err != nil {
+		return err
 	}
-	e.flushCoalesced(time.Time{})
 	e.flushAudit()
 	var err error
 	e.closeOnce.Do(func() {

@@ -152,6 +152,8 @@ func (r *run) summary() store.AuditRecord {
 type coalescer struct {
 	mu   sync.Mutex
 	runs map[coalesceKey]*run
+	// closed: Shutdown began, and every refusal is written (close).
+	closed bool
 }
 
 // admit decides for r, about to be audited: write says whether r is
@@ -165,6 +167,9 @@ func (c *coalescer) admit(r *store.AuditRecord) (write bool, ended *store.AuditR
 	k := keyOf(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return true, nil
+	}
 	w := c.runs[k]
 	switch {
 	case w == nil:
@@ -204,4 +209,16 @@ func (c *coalescer) flush(now time.Time) []store.AuditRecord {
 		delete(c.runs, k)
 	}
 	return out
+}
+
+// close ends every run and returns the summaries of those that counted
+// refusals; from then on admit counts none and every refusal is written.
+// Shutdown calls it as it stops the janitor, whose flushes write a run
+// once its window closed: a refusal counted after that would be written
+// by no flush.
+func (c *coalescer) close() []store.AuditRecord {
+	c.mu.Lock()
+	c.closed = true // first: no refusal is counted after the flush
+	c.mu.Unlock()
+	return c.flush(time.Time{})
 }

@@ -827,6 +827,10 @@ func (e *Engine) contractError(ctx context.Context, typ Event, p *Principal, sub
 // live node applied the revocation (see ClusterBarrier), or fails with
 // CLUSTER_UNCONFIRMED, the contract revoked all the same.
 func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) error {
+	if !e.ops.enter() { // Shutdown waits for its record and what it hands back (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	c, err := e.lookupContract(ctx, id)
 	if err != nil {
 		return err

@@ -26,11 +26,12 @@ import (
 // contract.renewed, a refusal as contract.denied naming the contract.
 // In a cluster the other nodes read the new expiry from the store.
 func (e *Engine) RenewContract(ctx context.Context, p *Principal, id string, ttl time.Duration) (Contract, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
-	}
-	if e.closed.Load() {
-		return nil, errShutdown()
 	}
 	ttl, err := e.contractTTL(ttl)
 	if err != nil {

@@ -43,12 +43,13 @@
 // goroutines. Every call that can block takes a context.Context and returns
 // when it ends. Handlers run on goroutines the engine owns, at most
 // WithMaxInFlight at a time per subscription. Shutdown stops accepting
-// work (a publish, ack or directory change begun after it is refused
-// SHUTTING_DOWN), ends subscriptions, waits for the operations already in
-// flight and the engine's goroutines (or for its context), writes what is
-// left of the audit queue, so that nothing answered before it lacks its
-// audit record, and is idempotent. Values handed to the engine (Options,
-// Messages) are copied; the engine never mutates them.
+// work (a publish, ack, negotiation, subscription or directory change
+// begun after it is refused SHUTTING_DOWN), ends subscriptions, waits for
+// the operations already in flight and the engine's goroutines (or for
+// its context), writes what is left of the audit queue, so that nothing
+// answered before it lacks its audit record, and is idempotent. Values
+// handed to the engine (Options, Messages) are copied; the engine never
+// mutates them.
 //
 // # Storage
 //

@@ -16,6 +16,10 @@ func (e *Engine) Handle(ctx context.Context, credential, subject string, h Handl
 // HandleAs is Handle with a contract negotiated for more subjects than the
 // one handled, so the handler can publish follow-up messages elsewhere.
 func (e *Engine) HandleAs(ctx context.Context, credential string, contractSubjects []string, subject string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+	if !e.ops.enter() { // Shutdown waits for the session's closer to start (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	sess, err := e.Connect(ctx, credential, contractSubjects)
 	if err != nil {
 		return nil, err

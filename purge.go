@@ -40,6 +40,10 @@ import (
 // PurgeSubject is safe for concurrent use; it waits for a retention pass
 // that is trimming, and holds catalog loads off until it is done.
 func (e *Engine) PurgeSubject(ctx context.Context, p *Principal, subject string) (int, error) {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return 0, errShutdown()
+	}
+	defer e.ops.leave()
 	if !p.HasRole(RoleAdmin) {
 		return 0, e.refusePurge(ctx, p, subject, NewError(CodeForbidden, "purging a subject's messages requires the role %s", RoleAdmin))
 	}

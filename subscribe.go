@@ -295,11 +295,12 @@ func (e *Engine) SubscribeAsync(ctx context.Context, c Caller, subjectName strin
 // subscribe is Subscribe for sess, which the deliveries carry; exactly one
 // of h and ah is set.
 func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, ah AsyncHandler, opts ...SubscribeOption) (Subscription, error) {
+	if !e.ops.enter() { // Shutdown waits for its record and its goroutines' start (inflight.go)
+		return nil, errShutdown()
+	}
+	defer e.ops.leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
-	}
-	if e.closed.Load() {
-		return nil, errShutdown()
 	}
 	if h == nil && ah == nil {
 		return nil, NewError(CodeInvalidArgument, "a handler is required")
