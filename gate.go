@@ -7,6 +7,7 @@ import (
 
 	"pigeon/internal/cond"
 	"pigeon/internal/datapath"
+	"pigeon/internal/jsontext"
 )
 
 // Outcome is what admission decided about a message.
@@ -79,7 +80,8 @@ type Admission struct {
 	// set to the authenticated principal.
 	Message *Message
 	// Data is Message.Data decoded (map[string]any, []any, string, float64,
-	// bool or nil).
+	// bool or nil). The broker's own gates read the data in a form of
+	// their own where they can; Data is there before any other gate runs.
 	Data any
 	// Principal is the authenticated caller. After the contract gate its
 	// Roles are those the contract holds now (the account's roles as the
@@ -121,16 +123,40 @@ type Admission struct {
 	// dataExact reports that the decoder found every number in Data one a
 	// double compares as its decimal (jsontext.Document.Exact).
 	dataExact bool
+	// flat is the data in the flat form (jsontext.DecodeFlat) while lazy:
+	// Data is then not built yet, and is built from it (tree) before a
+	// gate that reads Data, a condition or a refusal needs it.
+	flat  any
+	lazy  bool
+	arena *jsontext.Arena // where flat is kept, given back by free
 	// release is the quarantine record the message is released from
 	// (ReleaseQuarantine), "" for a publish: a refusal keeps the message
 	// there instead of quarantining a copy.
 	release string
 }
 
+// doc is the data as the broker's own gates read it: in the flat form
+// while Data is not built, Data once it is. Both hold the same document
+// (jsontext.DecodeFlat), and every reader of doc answers alike on either.
+func (a *Admission) doc() any {
+	if a.lazy {
+		return a.flat
+	}
+	return a.Data
+}
+
+// tree builds Data from the flat form, once, and returns it.
+func (a *Admission) tree() any {
+	if a.lazy {
+		a.Data, a.flat, a.lazy = jsontext.Tree(a.flat), nil, false
+	}
+	return a.Data
+}
+
 // condVars returns the variables CEL conditions see, built once.
 func (a *Admission) condVars() *cond.Vars {
 	if !a.hasVars {
-		a.vars, a.hasVars = condVars(a.Principal, a.Message, condData(a.Data, a.Message.Data, a.dataExact)), true
+		a.vars, a.hasVars = condVars(a.Principal, a.Message, condData(a.tree(), a.Message.Data, a.dataExact)), true
 	}
 	return &a.vars
 }

@@ -25,10 +25,68 @@ func (e *Engine) judge(ctx context.Context, gates []Gate, a *Admission) (gate st
 			e.panicked(PanicGate, "a gate panicked: the message is refused", panicText(p), "gate", gate, "subject", noPAN(a.Message.Subject))
 		}
 	}()
+	if a.lazy && !ownChain(gates) {
+		a.tree() // a gate of the application's reads Data
+	}
 	for ; i < len(gates); i++ {
 		if v := gates[i].Check(ctx, a); !v.Allowed() {
 			return gates[i].Name(), v, false
 		}
 	}
 	return "", Verdict{}, true
+}
+
+// docReader marks the broker's own gates: they read the data through
+// Admission.doc, or build Data through Admission.tree where they need
+// it, and never read Data itself. Before any other gate, judge builds
+// Data.
+type docReader interface{ readsDoc() }
+
+// ownChain reports whether every gate of chain is the broker's own
+// (docReader). The application's gates follow the broker's (New), so
+// the last gate tells.
+func ownChain(chain []Gate) bool {
+	if len(chain) == 0 {
+		return true
+	}
+	_, ok := chain[len(chain)-1].(docReader)
+	return ok
+}
+
+func (envelopeGate) readsDoc()       {}
+func (contractGate) readsDoc()       {}
+func (rateGate) readsDoc()           {}
+func (ruleGate) readsDoc()           {}
+func (intentGate) readsDoc()         {}
+func (idempotencyGate) readsDoc()    {}
+func (classificationGate) readsDoc() {}
+func (regionGate) readsDoc()         {}
+func (forbiddenGate) readsDoc()      {}
+func (tokenizedGate) readsDoc()      {}
+func (encryptionGate) readsDoc()     {}
+func (schemaGate) readsDoc()         {}
+func (qualityGate) readsDoc()        {}
+func (signatureGate) readsDoc()      {}
+
+// wantsTree reports whether Data is sure to be needed for a message of
+// s, so that it is better decoded as a tree at once than in the flat
+// form first: an application's gate reads it, a condition on publish or
+// a data-quality rule reads it, or the encryption gate does. Either way
+// every gate gets the same answer; this only saves work.
+func (e *Engine) wantsTree(s *subject) bool {
+	if !ownChain(e.gates) {
+		return true
+	}
+	if s == nil {
+		return false
+	}
+	if len(s.quality) > 0 || s.e2e {
+		return true
+	}
+	for _, r := range s.rules[OpPublish] {
+		if r.when != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -324,7 +324,7 @@ func (ruleGate) Check(_ context.Context, a *Admission) Verdict {
 			if v := a.subj.evalDenies(a.op, a); !v.Allowed() {
 				return v
 			}
-			if !g.inScope(a.op, a.Data) {
+			if !g.inScope(a.op, a.tree()) {
 				return Deny(CodePolicyDenied, "the message is outside the routes this principal holds")
 			}
 			return Allow()
@@ -427,7 +427,7 @@ func (idempotencyGate) Name() string { return GateIdempotency }
 func (idempotencyGate) Check(_ context.Context, a *Admission) Verdict {
 	if a.subj.policy.Delivery.Idempotency.Required && a.idemKey == "" {
 		if p := a.subj.idemPath; p != nil {
-			if v, ok := p.Lookup(a.Data); ok {
+			if v, ok := p.Lookup(a.doc()); ok {
 				if _, num := v.(float64); num {
 					return Deny(CodeIdempotencyRequired, "the idempotency key "+a.subj.policy.Delivery.Idempotency.Key+
 						" must be a string or an integer within ±(2^53−1): this number has no exact key")
@@ -471,7 +471,7 @@ func (forbiddenGate) Name() string { return GateForbidden }
 func (forbiddenGate) Check(_ context.Context, a *Admission) Verdict {
 	for i := range a.subj.forbidden {
 		f := &a.subj.forbidden[i]
-		if f.FindIn(a.Data, &a.dataNames, isPresent) {
+		if f.FindIn(a.doc(), &a.dataNames, isPresent) {
 			return Deny(CodeSensitiveFieldDenied, "forbidden field "+f.String()+" is present")
 		}
 	}
@@ -488,7 +488,7 @@ func (tokenizedGate) Name() string { return GateTokenized }
 func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
 	for i := range a.subj.tokenized {
 		f := &a.subj.tokenized[i]
-		if f.FindIn(a.Data, &a.dataNames, holdsPAN) {
+		if f.FindIn(a.doc(), &a.dataNames, holdsPAN) {
 			return Deny(CodeRawPANDetected, "field "+f.String()+" holds a raw card number, not a token")
 		}
 	}
@@ -511,6 +511,12 @@ func holdsPAN(v any) bool {
 	case map[string]any:
 		for k, v := range x {
 			if isPAN(k) || holdsPAN(v) {
+				return true
+			}
+		}
+	case jsontext.Object:
+		for i := range x {
+			if isPAN(x[i].Name) || holdsPAN(x[i].Value) {
 				return true
 			}
 		}
@@ -702,7 +708,7 @@ func (encryptionGate) Check(_ context.Context, a *Admission) Verdict {
 	if !a.subj.e2e {
 		return Allow()
 	}
-	obj, ok := a.Data.(map[string]any)
+	obj, ok := a.tree().(map[string]any)
 	if !ok {
 		return Deny(CodeEncryptionRequired, "data must be an object with a sealed part")
 	}
@@ -742,10 +748,10 @@ func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
 	if a.subj.schema == nil {
 		return Allow()
 	}
-	data, raw := a.Data, []byte(a.Message.Data)
+	data, raw := a.doc(), []byte(a.Message.Data)
 	if a.subj.e2e {
 		// Only the clear (routing) fields are validated; the sealed part is opaque.
-		data, raw = clearPart(a.Data, raw)
+		data, raw = clearPart(a.tree(), raw)
 	}
 	var reason string
 	if a.dataExact {

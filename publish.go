@@ -108,6 +108,27 @@ var emptyData = []byte("{}")
 
 var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
 
+// free gives a, and the memory of its data in the flat form, back to
+// their pools once its publish is answered. The flat form's Objects are
+// gone then; so are its strings and numbers unless Data was built from
+// them (tree), which whatever was handed Data may hold.
+func (a *Admission) free() {
+	if ar := a.arena; ar != nil {
+		if a.lazy {
+			ar.Reuse()
+		} else {
+			ar.ReuseObjects()
+		}
+		arenaPool.Put(ar)
+	}
+	*a = Admission{}
+	admissionPool.Put(a)
+}
+
+// arenaPool holds the memory of data decoded in the flat form
+// (decodeData).
+var arenaPool = sync.Pool{New: func() any { return new(jsontext.Arena) }}
+
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // putBody returns bp, whose bytes body holds (a stored envelope toStore
@@ -174,7 +195,7 @@ func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool
 		return nil, err
 	}
 	a := admissionPool.Get().(*Admission)
-	defer func() { *a = Admission{}; admissionPool.Put(a) }()
+	defer a.free()
 	e.prepare(a, c, in)
 	a.release = release
 	if s := a.subj; release == "" && s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" && e.mayReply(ctx, a) {
@@ -316,6 +337,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		m.Region = c.Region
 	}
 	m.pre = nil // the admission's copy carries none
+	subj := e.subject(m.Subject)
 	pre := in.pre
 	if pre != nil {
 		in.pre = nil // used once: a second publish of in decodes its data
@@ -332,7 +354,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	} else if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data, a.dataExact = map[string]any{}, true
-	} else if doc, err := jsontext.DecodeDocument(m.Data, MaxJSONDepth, &a.dataNames); err != nil {
+	} else if doc, err := e.decodeData(a, m.Data, subj); err != nil {
 		a.dataCode, a.dataErr = dataError(err)
 	} else {
 		// From here on the data is the decoder's copy: the gates judge it,
@@ -342,18 +364,47 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		// the spacing around it, which an envelope read back from the
 		// store (a delivery the recent cache misses) does not keep: every
 		// receiver is then sent the same bytes.
-		a.Data, a.sent, m.Data, a.dataExact = doc.Value, m.Data, valueText(doc.Text), doc.Exact
+		a.sent, m.Data, a.dataExact = m.Data, valueText(doc.Text), doc.Exact
+		if doc.flat {
+			a.flat, a.lazy = doc.Value, true
+		} else {
+			a.Data = doc.Value
+		}
 	}
 	if a.dataErr == "" && !m.ValidText() {
 		a.dataCode, a.dataErr = CodeInvalidUTF8, "an envelope field is not valid UTF-8"
 	}
 	a.Message, a.Principal, a.Region, a.Now = m, c.Principal, c.Region, now
 	a.contractID, a.op = c.ContractID, OpPublish
-	a.subj = e.subject(m.Subject)
-	if a.subj != nil {
-		a.Policy = &a.subj.policy
-		a.idemKey = a.subj.idempotencyKey(m, a.Data)
+	a.subj = subj
+	if subj != nil {
+		a.Policy = &subj.policy
+		a.idemKey = subj.idempotencyKey(m, a.doc())
 	}
+}
+
+// decodedData is message data decoded by decodeData: as a tree, or in
+// the flat form (jsontext.DecodeFlat) when flat is set.
+type decodedData struct {
+	jsontext.Document
+	flat bool
+}
+
+// decodeData decodes text, the data of a's message published on s,
+// strictly, nested at most MaxJSONDepth levels, and gives the names of
+// its top-level object to a.dataNames. The flat form costs a small
+// object no hash table, and no allocation but the copy of text once its
+// memory (a.arena, from arenaPool, which free gives back) is used again:
+// the data is decoded so unless Data is sure to be needed (wantsTree),
+// and Data is then built only if it is.
+func (e *Engine) decodeData(a *Admission, text []byte, s *subject) (decodedData, error) {
+	if e.wantsTree(s) {
+		doc, err := jsontext.DecodeDocument(text, MaxJSONDepth, &a.dataNames)
+		return decodedData{Document: doc}, err
+	}
+	a.arena = arenaPool.Get().(*jsontext.Arena)
+	doc, err := jsontext.DecodeFlat(text, MaxJSONDepth, &a.dataNames, a.arena)
+	return decodedData{Document: doc, flat: true}, err
 }
 
 // valueText is data, one JSON value, without the JSON whitespace
@@ -541,7 +592,9 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// the data tree the gates read, decoded once. The copy shares
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
-		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, a.dataExact, a.Now)
+		// Data the gates did not build (a.lazy) is decoded from the
+		// judged text by the first subscriber that reads it.
+		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, !a.lazy, a.dataExact, a.Now)
 		if body != nil {
 			if enc := acceptedJSON(body, d.m); enc != nil {
 				d.encOnce.Do(func() { d.enc = enc })
@@ -675,6 +728,7 @@ func decodeStored(sm store.Message) (*Message, error) {
 // refuse records a refusal: audit, quarantine where policy says so, and the
 // typed error.
 func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdict) error {
+	a.tree() // a quarantined copy is made from Data
 	// The subject and id are the publisher's: a card number there is
 	// named "[REDACTED]" in the record and the error, as in a
 	// quarantined copy.

@@ -67,7 +67,7 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 		}
 		out[i].Result, out[i].Err = e.Publish(ctx, c, msgs[i])
 	}
-	release := func(a *Admission) { *a = Admission{}; admissionPool.Put(a) }
+	release := (*Admission).free
 	flush := func() {
 		// Access taken away since the gates judged a held message (its
 		// contract revoked, a role or grant it relied on removed) takes

@@ -203,13 +203,14 @@ func (c *recentCache) sweep(cutoff time.Time) {
 }
 
 // remember keeps a copy of an accepted message in d (zero, and not yet
-// shared), and the data tree the gates judged, so that the fan-out hands
-// it to subscribers without reading and decoding it again. The copy
+// shared), and, when built (hasData), the data tree the gates judged, so
+// that the fan-out hands it to subscribers without reading and decoding
+// it again; otherwise the first reader decodes it (value). The copy
 // shares nothing with m: its data is judged, the text the gates judged,
 // which nothing else holds, or when judged is nil a copy of m's (stored
 // as "{}" when empty). data must not be shared with the publisher; exact
 // is what its decoder found of its numbers (jsontext.Document.Exact).
-func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any, exact bool, now time.Time) *decoded {
+func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any, hasData, exact bool, now time.Time) *decoded {
 	*d = decoded{seq: seq, msg: *m}
 	d.m = &d.msg
 	switch {
@@ -224,7 +225,9 @@ func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, ju
 		sig := *m.Signature
 		d.msg.Signature = &sig
 	}
-	d.once.Do(func() { d.data, d.exact = data, exact })
+	if hasData {
+		d.once.Do(func() { d.data, d.exact = data, exact })
+	}
 	d.size = sizeOf(&d.msg)
 	e.recent.ring(subject).put(d, now)
 	return d

@@ -1,5 +1,7 @@
 // Package datapath walks dot paths such as "card.pan" into decoded JSON
-// data (map[string]any, []any and scalars). A Path is parsed once and has
+// data (map[string]any, []any and scalars, with objects as
+// jsontext.Object in the flat form that jsontext.DecodeFlat gives, which
+// Lookup, Find and FindIn read as they read a map). A Path is parsed once and has
 // two match modes: Lookup follows the path exactly, the way an idempotency
 // key is read; Find and Set match widely, ignoring case and reaching into
 // arrays, the way forbidden, tokenized and redacted fields are matched.
@@ -10,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"pigeon/internal/jsontext"
 )
 
 // Path is a dot path into data, split and compiled once. The zero Path is
@@ -83,6 +87,12 @@ func (p *Path) Lookup(data any) (any, bool) {
 				return nil, false
 			}
 			cur = v
+		case jsontext.Object:
+			v, ok := x.Get(s.name)
+			if !ok {
+				return nil, false
+			}
+			cur = v
 		case []any:
 			if s.index < 0 || s.index >= len(x) {
 				return nil, false
@@ -122,12 +132,25 @@ func (p *Path) FindIn(data any, top *Names, fn func(v any) bool) bool {
 		return find(data, p.segs, fn)
 	}
 	s := &p.segs[0]
-	if x, ok := data.(map[string]any); ok && s.fold != 0 {
+	if s.fold == 0 {
+		return find(data, p.segs, fn)
+	}
+	switch x := data.(type) {
+	case map[string]any:
 		if top.absent(s.fold) {
 			return false
 		}
 		if top.single(s.fold) {
 			if v, ok := x[s.name]; ok {
+				return find(v, p.segs[1:], fn)
+			}
+		}
+	case jsontext.Object:
+		if top.absent(s.fold) {
+			return false
+		}
+		if top.single(s.fold) {
+			if v, ok := x.Get(s.name); ok {
 				return find(v, p.segs[1:], fn)
 			}
 		}
@@ -147,6 +170,12 @@ func find(cur any, segs []seg, fn func(v any) bool) bool {
 				return true
 			}
 		}
+	case jsontext.Object:
+		for i := range x {
+			if s.matches(x[i].Name) && find(x[i].Value, segs[1:], fn) {
+				return true
+			}
+		}
 	case []any:
 		if s.index >= 0 {
 			return s.index < len(x) && find(x[s.index], segs[1:], fn)
@@ -161,7 +190,7 @@ func find(cur any, segs []seg, fn func(v any) bool) bool {
 }
 
 // Set sets every value p matches in data (as Find matches) to val, in
-// place.
+// place. data is a tree: it holds no jsontext.Object.
 func (p *Path) Set(data any, val any) {
 	if len(p.segs) > 0 {
 		set(data, p.segs, val)

@@ -23,6 +23,7 @@ type eface struct {
 var (
 	stringType = typeOf("")
 	floatType  = typeOf(float64(0))
+	objectType = typeOf(Object(nil))
 )
 
 func typeOf(v any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&v)).typ }
@@ -35,11 +36,14 @@ func box(typ, p unsafe.Pointer) (v any) {
 	return v
 }
 
-// slabs hands out the slab elements of one document.
+// slabs hands out the slab elements of one document, or of the documents
+// decoded in an Arena (flat.go) until it is reused.
 type slabs struct {
-	strs   []string
-	floats []float64
-	hint   int // the first string chunk's size
+	strs    []string
+	floats  []float64
+	hint    int      // the first string chunk's size
+	members []Member // the members of a flat document's objects (DecodeFlat)
+	objects []Object // and the objects, each a run of members
 }
 
 // Chunk sizes: the first string chunk is sized from the document's length
@@ -65,6 +69,23 @@ func (s *slabs) float(v float64) any {
 	}
 	s.floats = append(s.floats, v)
 	return box(floatType, unsafe.Pointer(&s.floats[len(s.floats)-1]))
+}
+
+// object returns the interface value of an Object holding a copy of ms:
+// the members go in a chunk of members, the Object (a slice over them)
+// in a chunk of Objects, so that a small document's objects cost two
+// allocations, not two each.
+func (s *slabs) object(ms []Member) any {
+	if cap(s.members)-len(s.members) < len(ms) {
+		s.members = make([]Member, 0, max(nextChunk(cap(s.members), s.hint+1), len(ms)))
+	}
+	start := len(s.members)
+	s.members = append(s.members, ms...)
+	if len(s.objects) == cap(s.objects) {
+		s.objects = make([]Object, 0, nextChunk(cap(s.objects), minChunk))
+	}
+	s.objects = append(s.objects, Object(s.members[start:len(s.members):len(s.members)]))
+	return box(objectType, unsafe.Pointer(&s.objects[len(s.objects)-1]))
 }
 
 func nextChunk(prev, first int) int {

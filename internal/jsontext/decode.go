@@ -83,9 +83,14 @@ func DecodeDocument(b []byte, maxDepth int, top NameSink) (Document, error) {
 // short ways to.
 func decodeDocument(b []byte, maxDepth int, top NameSink, long bool) (Document, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top, long: long}
-	d.topASCII, _ = top.(ASCIINameSink)
-	d.slabs.hint = len(b) / 24
-	stack := openStacks.Get().(*[]member)
+	return decodeWith(&d)
+}
+
+// decodeWith decodes d.s with the decoder d set up as its callers say.
+func decodeWith(d *valueDecoder) (Document, error) {
+	d.topASCII, _ = d.top.(ASCIINameSink)
+	d.slabs.hint = len(d.s) / 24
+	stack := openStacks.Get().(*[]Member)
 	d.open = (*stack)[:0]
 	d.skip()
 	v, err := d.value(0)
@@ -145,24 +150,20 @@ type valueDecoder struct {
 	topASCII ASCIINameSink // top, when it is one
 	inexact  bool          // a number ExactNumber refuses was read
 	long     bool          // no short ways (decodeDocument)
+	flat     bool          // objects of up to linearDups members as Object (DecodeFlat)
 
 	// open holds the members (and array elements, with an empty name) of
 	// the objects and arrays being decoded, innermost last: a container is
 	// built once it closes, at its final size, instead of growing as it
 	// fills.
-	open []member
+	open []Member
 }
 
 // openStacks recycles the decoders' open stacks.
-var openStacks = sync.Pool{New: func() any { s := make([]member, 0, 32); return &s }}
+var openStacks = sync.Pool{New: func() any { s := make([]Member, 0, 32); return &s }}
 
 // maxOpenStack is the largest stack returned to openStacks.
 const maxOpenStack = 1024
-
-type member struct {
-	k string
-	v any
-}
 
 // linearDups is the most members an object checks for a duplicate name
 // by comparing names; a larger one builds its map as it is read.
@@ -217,6 +218,9 @@ func (d *valueDecoder) object(depth int) (any, error) {
 	d.skip()
 	if d.i < len(d.s) && d.s[d.i] == '}' {
 		d.i++
+		if d.flat {
+			return emptyObject, nil
+		}
 		return map[string]any{}, nil
 	}
 	base := len(d.open)
@@ -255,15 +259,15 @@ func (d *valueDecoder) object(depth int) (any, error) {
 			}
 		} else {
 			for _, o := range d.open[base:] {
-				if o.k == k {
+				if o.Name == k {
 					return nil, ErrDuplicateKey
 				}
 			}
-			d.open = append(d.open, member{k, v})
+			d.open = append(d.open, Member{k, v})
 			if len(d.open)-base > linearDups {
 				m = make(map[string]any, 2*linearDups)
 				for _, o := range d.open[base:] {
-					m[o.k] = o.v
+					m[o.Name] = o.Value
 				}
 			}
 		}
@@ -279,9 +283,12 @@ func (d *valueDecoder) object(depth int) (any, error) {
 			if m != nil {
 				return m, nil
 			}
+			if d.flat {
+				return d.slabs.object(d.open[base:]), nil
+			}
 			m = make(map[string]any, len(d.open)-base)
 			for _, o := range d.open[base:] {
-				m[o.k] = o.v
+				m[o.Name] = o.Value
 			}
 			return m, nil
 		default:
@@ -315,7 +322,7 @@ func (d *valueDecoder) array(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.open = append(d.open, member{v: v})
+		d.open = append(d.open, Member{Value: v})
 		d.skip()
 		if d.i >= len(d.s) {
 			return nil, ErrSyntax
@@ -327,7 +334,7 @@ func (d *valueDecoder) array(depth int) (any, error) {
 			d.i++
 			a := make([]any, len(d.open)-base)
 			for i, o := range d.open[base:] {
-				a[i] = o.v
+				a[i] = o.Value
 			}
 			return a, nil
 		default:

@@ -90,6 +90,63 @@ func compareWithReference(t *testing.T, in string, maxDepth int) {
 	if werr == nil {
 		require.Equal(t, refNames.names, p.names, "%q: names heard by a plain sink", in)
 	}
+	compareFlat(t, in, maxDepth, want, werr, refNames.names)
+}
+
+// compareFlat holds DecodeFlat to want and werr, DecodeDocument's answer
+// on in, and names, the names it heard: the same error, text, Exact and
+// names, and a value in the flat form (flatShape) that Tree makes want;
+// in memory of its own, and in an Arena used before, whose earlier
+// document is still there until the arena is reused.
+func compareFlat(t *testing.T, in string, maxDepth int, want Document, werr error, names []string) {
+	var ar Arena
+	before, err := DecodeFlat([]byte(`{"s":"before","n":[1.5,{"o":"x"}]}`), dataDepth, nil, &ar)
+	require.NoError(t, err)
+	beforeTree := Tree(before.Value)
+	for round, arena := range []*Arena{nil, &ar, &ar} {
+		var h heard
+		flat, ferr := DecodeFlat([]byte(in), maxDepth, &h, arena)
+		require.Equal(t, werr, ferr, "%q: DecodeFlat's error", in)
+		if werr == nil {
+			require.Equal(t, string(want.Text), string(flat.Text), "%q: DecodeFlat's text", in)
+			require.Equal(t, want.Exact, flat.Exact, "%q: DecodeFlat's Exact", in)
+			require.Equal(t, names, h.names, "%q: names DecodeFlat told", in)
+			flatShape(t, in, flat.Value)
+			require.True(t, sameValue(want.Value, Tree(flat.Value)), "%q: DecodeDocument %#v, Tree of DecodeFlat %#v", in, want.Value, flat.Value)
+		}
+		switch round {
+		case 1:
+			require.True(t, sameValue(beforeTree, Tree(before.Value)), "%q: the arena's earlier document is as it was", in)
+			ar.ReuseObjects()
+			require.Equal(t, map[string]any{"s": "before", "n": []any{1.5, map[string]any{"o": "x"}}}, beforeTree, "strings and numbers outlive ReuseObjects")
+		case 2:
+			ar.Reuse()
+		}
+	}
+}
+
+// flatShape checks that v is in the flat form: every object of at most
+// linearDups members an Object, every larger one a map, and each Object
+// answers Get for its members' names.
+func flatShape(t *testing.T, in string, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		require.Greater(t, len(x), linearDups, "%q: a small object decoded as a map", in)
+		for _, e := range x {
+			flatShape(t, in, e)
+		}
+	case Object:
+		require.LessOrEqual(t, len(x), linearDups, "%q: a large object decoded as an Object", in)
+		for _, m := range x {
+			got, ok := x.Get(m.Name)
+			require.True(t, ok && sameValue(m.Value, got), "%q: Get(%q)", in, m.Name)
+			flatShape(t, in, m.Value)
+		}
+	case []any:
+		for _, e := range x {
+			flatShape(t, in, e)
+		}
+	}
 }
 
 // referenceCases add, to jsonCases, number forms on both sides of

@@ -367,7 +367,7 @@ func typeOf(v any) (jsonType, bool) {
 		return tNumber, true
 	case string:
 		return tString, true
-	case map[string]any:
+	case map[string]any, jsontext.Object:
 		return tObject, true
 	case []any:
 		return tArray, true
@@ -437,6 +437,8 @@ func (s *fastSchema) valid(v any) bool {
 				}
 			}
 		}
+	case jsontext.Object:
+		return s.objectValid(x)
 	case []any:
 		if len(x) < s.minItems || (s.hasMaxItem && len(x) > s.maxItems) {
 			return false
@@ -449,6 +451,45 @@ func (s *fastSchema) valid(v any) bool {
 			}
 		}
 		if s.unique && repeats(x, func(int) bool { return false }) {
+			return false
+		}
+	}
+	return true
+}
+
+// objectValid is valid for an object in the flat form
+// (jsontext.DecodeFlat), member by member as valid reads a map.
+func (s *fastSchema) objectValid(x jsontext.Object) bool {
+	if !s.noExtra && s.extra == nil && len(s.patterns) == 0 && len(s.byName) <= len(x)+len(s.required) {
+		for _, r := range s.loose {
+			if _, ok := x.Get(r); !ok {
+				return false
+			}
+		}
+		for i := range s.byName {
+			p := &s.byName[i]
+			if pv, ok := x.Get(p.name); !ok {
+				if p.required {
+					return false
+				}
+			} else if !p.schema.valid(pv) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, r := range s.required {
+		if _, ok := x.Get(r); !ok {
+			return false
+		}
+	}
+	extra := s.noExtra || s.extra != nil || len(s.patterns) > 0
+	for i := range x {
+		k, pv := x[i].Name, x[i].Value
+		if extra && !s.memberValid(k, pv) {
+			return false
+		}
+		if ps := s.props[k]; ps != nil && !ps.valid(pv) {
 			return false
 		}
 	}
@@ -544,7 +585,7 @@ func repeats(x []any, each func(i int) bool) bool {
 		case string:
 			k.kind, k.s = 's', v
 		default:
-			text, ok := jsonWithoutNumbers(v)
+			text, ok := jsonWithoutNumbers(jsontext.Tree(v))
 			if !ok {
 				continue
 			}

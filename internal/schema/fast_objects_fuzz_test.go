@@ -126,6 +126,7 @@ func checkObjectsAgree(t *testing.T, b []byte) {
 		res, err := s.full.Validate(gojsonschema.NewBytesLoader([]byte(doc)))
 		require.NoError(t, err, doc)
 		require.Equal(t, res.Valid(), s.fast.valid(data), "schema %s on %s (%v)", src, doc, res.Errors())
+		checkFlat(t, s, doc)
 	}
 }
 

@@ -170,8 +170,9 @@ func declaredNames(v any, names map[string]bool) {
 }
 
 // Validate returns "" when data is valid, else a reason naming the failing
-// fields and rules, never their values. data is raw decoded; gojsonschema
-// reads raw (it needs numbers as json.Number to check them).
+// fields and rules, never their values. data is raw decoded, as a tree or
+// in the flat form (jsontext.DecodeFlat), which gets the same answer;
+// gojsonschema reads raw (it needs numbers as json.Number to check them).
 //
 // The direct validator judges data's numbers as doubles, which is only
 // the judgement of raw, what the broker stores and receivers get, when
@@ -242,8 +243,8 @@ func (s *Schema) validate(data any, raw []byte, fast, exact bool) string {
 		}
 		// A sender can make every message a refusal: its reason is the
 		// direct validator's too, not gojsonschema's for the price of a
-		// second validation.
-		return s.fast.reason(data, s.names)
+		// second validation. It reads a tree.
+		return s.fast.reason(jsontext.Tree(data), s.names)
 	}
 	res, err := guarded(func() (*gojsonschema.Result, error) { return s.full.Validate(gojsonschema.NewBytesLoader(raw)) })
 	if err != nil {
