@@ -143,11 +143,11 @@ const (
 func decodeEnvelope(b []byte) *Message { return decodeEnvelopeData(b, false) }
 
 // decodeEnvelopeData is decodeEnvelope that, when predecode is set, also
-// decodes the data as the engine would (jsontext.DecodeDocument, in the
-// same pass that checks it) and attaches it to the message
-// (internal/predecoded), whose Data is then the decoder's copy. Which
-// texts it reads, and the message it makes of them, do not depend on
-// predecode.
+// decodes the data as the engine would (in the flat form,
+// jsontext.DecodeFlat, in the same pass that checks it) and attaches it
+// to the message (internal/predecoded), whose Data is then the decoder's
+// copy. Which texts it reads, and the message it makes of them, do not
+// depend on predecode.
 func decodeEnvelopeData(b []byte, predecode bool) *Message {
 	d := envelopeDecoder{in: b, predecode: predecode}
 	d.ws()
@@ -371,14 +371,13 @@ func (d *envelopeDecoder) data() []byte {
 		return nil
 	}
 	if d.predecode {
-		// DecodeDocument checks what value does (a text it decodes,
-		// within the engine's nesting limit, value accepts) and copies it;
-		// one it refuses (too deep for the engine, or not JSON) is read
-		// below as ever, the engine decoding it again.
+		// The decoder (jsontext.DecodeFlat) checks what value does (a
+		// text it decodes, within the engine's nesting limit, value
+		// accepts) and copies it; one it refuses (too deep for the
+		// engine, or not JSON) is read below as ever, the engine decoding
+		// it again.
 		if end := jsontext.SkipValue(d.in, d.i); end > d.i {
-			p := new(predecoded.Data)
-			if doc, err := jsontext.DecodeDocument(d.in[d.i:end], MaxJSONDepth, &p.Names); err == nil {
-				p.Value, p.Text, p.Exact = doc.Value, doc.Text, doc.Exact
+			if p := new(predecoded.Data); p.Decode(d.in[d.i:end], MaxJSONDepth) {
 				d.pre, d.i = p, end
 				return p.Text[:len(p.Text):len(p.Text)]
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"pigeon/internal/datapath"
 	"pigeon/internal/jsontext"
 
 	"github.com/stretchr/testify/require"
@@ -160,10 +161,13 @@ func requireSamePredecoded(t *testing.T, in []byte) {
 	require.Nil(t, plain.pre)
 	if p := pre.pre; p != nil {
 		require.True(t, sameText(p.Text, pre.Data), "%q: Data is the decoder's copy", in)
-		doc, err := jsontext.DecodeDocument(plain.Data, MaxJSONDepth, nil)
+		var names datapath.Names
+		doc, err := jsontext.DecodeDocument(plain.Data, MaxJSONDepth, &names)
 		require.NoError(t, err, "%q", in)
-		require.Equal(t, doc.Value, p.Value, "%q", in)
+		require.NotNil(t, p.Arena, "%q: decoded in the flat form", in)
+		require.Equal(t, doc.Value, jsontext.Tree(p.Value), "%q", in)
 		require.Equal(t, doc.Exact, p.Exact, "%q", in)
+		require.Equal(t, names, p.Names, "%q", in)
 		pre.pre = nil
 	} else if len(plain.Data) > 0 && string(plain.Data) != "null" {
 		_, err := jsontext.DecodeDocument(plain.Data, MaxJSONDepth, nil)

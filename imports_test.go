@@ -51,7 +51,7 @@ var importRules = []importRule{
 	{pkg: "pigeon/internal/schema", leaf: true, allow: []string{"pigeon/internal/jsontext"}, reason: "a leaf but for the strict JSON check"},
 	{pkg: "pigeon/internal/cond", leaf: true, allow: []string{"pigeon/internal/jsontext"}, reason: "a leaf but for the exact-number rule"},
 	{pkg: "pigeon/internal/datapath", leaf: true, allow: []string{"pigeon/internal/jsontext"}, reason: "a leaf but for the flat form of decoded data"},
-	{pkg: "pigeon/internal/predecoded", leaf: true, allow: []string{"pigeon/internal/datapath"}, reason: "a message's decoded data, below the engine and the transports"},
+	{pkg: "pigeon/internal/predecoded", leaf: true, allow: []string{"pigeon/internal/datapath", "pigeon/internal/jsontext"}, reason: "a message's decoded data, below the engine and the transports"},
 	{pkg: "pigeon/internal/grant", leaf: true, reason: "a leaf"},
 	{pkg: "pigeon/internal/hashtab", leaf: true, reason: "a leaf"},
 	{pkg: "pigeon/internal/logctx", leaf: true, reason: "a leaf"},

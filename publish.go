@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"pigeon/internal/jsontext"
+	"pigeon/internal/predecoded"
 	"pigeon/store"
 )
 
@@ -126,8 +127,8 @@ func (a *Admission) free() {
 }
 
 // arenaPool holds the memory of data decoded in the flat form
-// (decodeData).
-var arenaPool = sync.Pool{New: func() any { return new(jsontext.Arena) }}
+// (decodeData), and of data the transports decoded so (predecoded).
+var arenaPool = &predecoded.Arenas
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
@@ -338,18 +339,30 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	}
 	m.pre = nil // the admission's copy carries none
 	subj := e.subject(m.Subject)
-	pre := in.pre
-	if pre != nil {
-		in.pre = nil // used once: a second publish of in decodes its data
+	var pre predecoded.Data
+	if in.pre != nil {
+		// Used once: a second publish of in, or of a copy of it, decodes
+		// its data. A value in the flat form is a's from here on, its
+		// arena given back by free, or now when it is not used.
+		pre = in.pre.Take()
+		in.pre = nil
 		if !sameText(pre.Text, m.Data) {
-			pre = nil
+			if pre.Arena != nil {
+				predecoded.Free(pre.Arena)
+			}
+			pre = predecoded.Data{}
 		}
 	}
-	if pre != nil {
+	if pre.Text != nil {
 		// The frame decoder's copy, decoded as below: nothing else holds
 		// it, and the publisher, the WebSocket server, only encodes its
 		// result, which may therefore share it.
-		a.Data, a.sent, a.dataNames, a.dataExact = pre.Value, m.Data, pre.Names, pre.Exact
+		a.sent, a.dataNames, a.dataExact = m.Data, pre.Names, pre.Exact
+		if pre.Arena != nil {
+			a.flat, a.lazy, a.arena = pre.Value, true, pre.Arena
+		} else {
+			a.Data = pre.Value
+		}
 		m.Data = valueText(m.Data) // as below
 	} else if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")

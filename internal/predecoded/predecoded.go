@@ -11,18 +11,67 @@
 // decodes Data itself, as for any message.
 package predecoded
 
-import "pigeon/internal/datapath"
+import (
+	"sync"
 
-// Data is one message's data decoded by jsontext.DecodeDocument with
-// the engine's nesting limit (pigeon.MaxJSONDepth): Value decoded from
-// Text, which the decoder copied and nothing else holds, Names the
-// summary of Value's top-level member names, and Exact what the decoder
-// found of its numbers (jsontext.Document.Exact).
+	"pigeon/internal/datapath"
+	"pigeon/internal/jsontext"
+)
+
+// Data is one message's data decoded with the engine's nesting limit
+// (pigeon.MaxJSONDepth): Value decoded from Text, which the decoder
+// copied and nothing else holds, Names the summary of Value's top-level
+// member names, and Exact what the decoder found of its numbers
+// (jsontext.Document.Exact).
+//
+// Value is in the flat form (jsontext.DecodeFlat) when Arena is not
+// nil, and kept in Arena's memory: it is read once, by the engine, which
+// takes it (Take) and gives Arena back to Arenas once nothing reads the
+// value. Otherwise Value is a tree (jsontext.DecodeDocument).
 type Data struct {
 	Value any
 	Text  []byte
 	Names datapath.Names
 	Exact bool
+	Arena *jsontext.Arena
+}
+
+// Arenas holds the memory of data decoded in the flat form, by the
+// transports (Decode) and by the engine, which gives it back.
+var Arenas = sync.Pool{New: func() any { return new(jsontext.Arena) }}
+
+// Decode decodes b, one JSON value, into d in the flat form
+// (jsontext.DecodeFlat, nested at most maxDepth levels) in an arena of
+// Arenas, and reports whether b decoded. When it did not, d is left
+// empty and the arena is given back.
+func (d *Data) Decode(b []byte, maxDepth int) bool {
+	ar := Arenas.Get().(*jsontext.Arena)
+	doc, err := jsontext.DecodeFlat(b, maxDepth, &d.Names, ar)
+	if err != nil {
+		Free(ar)
+		*d = Data{}
+		return false
+	}
+	d.Value, d.Text, d.Exact, d.Arena = doc.Value, doc.Text, doc.Exact, ar
+	return true
+}
+
+// Take returns d, and leaves it without its flat value: a copy of a
+// message that still carries d finds no Text to use (a flat value is
+// read once, and its arena's memory is used again after). A tree value
+// is left, read-only, as it is.
+func (d *Data) Take() Data {
+	t := *d
+	if d.Arena != nil {
+		*d = Data{}
+	}
+	return t
+}
+
+// Free gives ar, whose values nothing reads any more, back to Arenas.
+func Free(ar *jsontext.Arena) {
+	ar.Reuse()
+	Arenas.Put(ar)
 }
 
 // Attach gives m, a *pigeon.Message whose Data is d.Text, its decoded

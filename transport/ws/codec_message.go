@@ -106,14 +106,13 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 					} else {
 						p = new(predecoded.Data)
 					}
-					if doc, err := jsontext.DecodeDocument(w.b[j:e], pigeon.MaxJSONDepth, &p.Names); err == nil {
-						p.Value, p.Text, p.Exact, pre = doc.Value, doc.Text, doc.Exact, p
+					if p.Decode(w.b[j:e], pigeon.MaxJSONDepth) {
+						pre = p
 						if len(w.pre) > 0 {
 							w.pre = w.pre[1:]
 						}
 						return e
 					}
-					*p = predecoded.Data{}
 				}
 			}
 			var e int
