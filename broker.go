@@ -273,6 +273,7 @@ type Engine struct {
 	live       liveContracts
 	gates      []Gate
 	replyGates []Gate // gates without the publish-only ones
+	appGates   bool   // an application's gate is in gates: data is decoded as a tree (wantsTree)
 	idLocks    idLocks
 	limiter    *rateLimiter
 	auditor    auditor
@@ -474,6 +475,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		}
 	}
 	e.gates = append(builtinGates(e), o.Gates...)
+	e.appGates = !ownChain(e.gates)
 	e.replyGates = replyChain(e.gates)
 	e.goTracked(e.janitor)
 	e.goTracked(e.auditWriter)

@@ -70,23 +70,10 @@ func (signatureGate) readsDoc()      {}
 
 // wantsTree reports whether Data is sure to be needed for a message of
 // s, so that it is better decoded as a tree at once than in the flat
-// form first: an application's gate reads it, a condition on publish or
-// a data-quality rule reads it, or the encryption gate does. Either way
-// every gate gets the same answer; this only saves work.
+// form first: an application's gate reads it (appGates, known at New),
+// or a condition on publish, a data-quality rule or the encryption gate
+// does (subject.treeData, known when the subject is compiled). Either
+// way every gate gets the same answer; this only saves work.
 func (e *Engine) wantsTree(s *subject) bool {
-	if !ownChain(e.gates) {
-		return true
-	}
-	if s == nil {
-		return false
-	}
-	if len(s.quality) > 0 || s.e2e {
-		return true
-	}
-	for _, r := range s.rules[OpPublish] {
-		if r.when != nil {
-			return true
-		}
-	}
-	return false
+	return e.appGates || (s != nil && s.treeData)
 }

@@ -48,6 +48,7 @@ type subject struct {
 	rate      *RateLimitPolicy
 	idemPath  *datapath.Path  // non-nil when the key is a "data." path
 	e2e       bool            // end-to-end encryption enforced
+	treeData  bool            // a publish's data is read as a tree (Engine.wantsTree): a data-quality rule, a publish condition or e2e
 	routing   map[string]bool // fields that stay in clear beside the sealed part
 	bounds    *trimBounds     // retention.maxMessages and maxBytes; nil without
 	maxBytes  int             // retention.maxBytes, as an int (0: no bound)
@@ -161,6 +162,7 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		}
 		s.quality = append(s.quality, qr)
 	}
+	s.treeData = len(s.quality) > 0 || s.e2e || slices.ContainsFunc(s.rules[OpPublish], func(r *rule) bool { return r.when != nil })
 	if r := p.RateLimit; r != nil && (r.PerSecond <= 0 || r.Burst < 1) {
 		return nil, NewError(CodePolicyInvalid, "subject %s: rateLimit needs perSecond > 0 and burst >= 1", p.Name)
 	}
