@@ -14,6 +14,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/store/memory"
+	"pigeon/transport/transporttest"
 )
 
 // TestDeliveredEncodingIsJudged: the bytes a subscriber is sent of a
@@ -24,13 +25,7 @@ import (
 // odd spacing, numbers at the edges of the short path, and members named
 // as the envelope's own.
 func TestDeliveredEncodingIsJudged(t *testing.T) {
-	datas := []string{
-		`{"merchantId":"m-\u0041\"},\"sequence\":1,\"x\":{\"","orderId":"o-%d","amount":-0,"currency":"GBP","paymentToken":"tok"}`,
-		` {"merchantId" : "m-é😀\u2028", "orderId":"o-%d" , "amount":123456789012345,"currency":"GBP","paymentToken":"tok"} `,
-		`{"merchantId":"m","orderId":"o-%d","amount":1234567890123456,"currency":"GBP","paymentToken":"t","contractId":"ctr_x","subjectId":"s","hops":9}`,
-		`{"merchantId":"m","orderId":"o-%d","amount":0.1e-5,"currency":"GBP","paymentToken":"t","sequence":1,"acceptedAt":"x"}`,
-		`{"merchantId":"m","orderId":"o-%d","amount":9007199254740993,"currency":"GBP","paymentToken":"t\\","n":[1,{"":null},true]}`,
-	}
+	datas := transporttest.JudgedData
 	st := memory.New(nil)
 	var judgedMu sync.Mutex
 	judged := map[string]string{} // message id -> the data the gates saw

@@ -14,6 +14,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/store/memory"
+	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
 
@@ -51,14 +52,7 @@ func rawMessages(t *testing.T, frame []byte) (msgs []json.RawMessage) {
 // data byte for byte the data the gates judged (without the spacing
 // around it), and the publisher's answer is that encoding too.
 func TestDeliveredFrameCarriesTheJudgedData(t *testing.T) {
-	datas := []string{
-		`{"merchantId":"m-\u0041\"},\"sequence\":1,\"x\":{\"","orderId":"o-%d","amount":-0,"currency":"GBP","paymentToken":"tok"}`,
-		` {"merchantId" : "m-é😀\u2028", "orderId":"o-%d" , "amount":123456789012345,"currency":"GBP","paymentToken":"tok"} `,
-		`{"merchantId":"m","orderId":"o-%d","amount":1234567890123456,"currency":"GBP","paymentToken":"t","contractId":"ctr_x","subjectId":"s","hops":9}`,
-		"\n\t{\"merchantId\":\"m\",\"orderId\":\"o-%d\",\"amount\":0.1e-5,\"currency\":\"GBP\",\"paymentToken\":\"t\",\"sequence\":1,\"acceptedAt\":\"x\"}\r\n",
-		`{"merchantId":"m","orderId":"o-%d","amount":9007199254740993,"currency":"GBP","paymentToken":"t\\","n":[1,{"":null},true]}`,
-		"{\"merchantId\":\"m-<&>\u2028\u2029\u007f\",\"orderId\":\"o-%d\",\"amount\":1e2,\"currency\":\"GBP\",\"paymentToken\":\"t\"}",
-	}
+	datas := transporttest.JudgedData
 	st := memory.New(nil)
 	var judgedMu sync.Mutex
 	judged := map[string]string{} // message id -> the data the gates saw
