@@ -291,11 +291,15 @@ func listPage[T any](after string, max int, what string, page func(after string,
 // (the retention pass forgets them an hour after): a grant record that
 // comes back by any path (a node that cannot compare what it writes
 // over, a store written behind the broker's back) is still refused.
+//
+// It takes access away only: it goes on once Shutdown began, while the
+// store is open (see Engine.Shutdown).
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
-	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		return errShutdown()
+	leave, err := e.enterRevocation() // Shutdown waits for its record (inflight.go)
+	if err != nil {
+		return err
 	}
-	defer e.ops.leave()
+	defer leave()
 	written := noWait
 	if err := e.dir.deleteAccount(ctx, id, func() {
 		written = e.auditInOrder(EventAccountDeleted.record("", CodeOK, store.AuditRecord{Principal: id}))
@@ -364,12 +368,14 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // (DeleteRole, DeleteAccount, RevokeGrant), it goes on while the audit log
 // cannot be written, where the changes that give access are refused (the
 // audit guard): its account.role.removed record is then lost, and counted
-// in audit.resumed.
+// in audit.resumed. For the same reason it goes on once Shutdown began,
+// while the store is open (see Engine.Shutdown).
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
-	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		return Account{}, errShutdown()
+	leave, err := e.enterRevocation() // Shutdown waits for its record (inflight.go)
+	if err != nil {
+		return Account{}, err
 	}
-	defer e.ops.leave()
+	defer leave()
 	if err := validID("a role name", role); err != nil {
 		return Account{}, err // no role has it: nothing to take, write or audit
 	}
@@ -393,12 +399,27 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 // INVALID_ARGUMENT, and nothing is written or audited (a role defined
 // before keeps its definition). A contract or subscription that relied on
 // a permission the new definition drops or narrows fails its next check
-// with GRANT_REVOKED.
+// with GRANT_REVOKED. Once Shutdown began, a definition that only
+// narrows the role's (each permission one of its permissions, with the
+// same operations or fewer) takes access away only, and goes on while
+// the store is open (see Engine.Shutdown); any other is refused
+// SHUTTING_DOWN, as it is judged under the lock that changes the role.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
+	var check func(cur *Role) error
+	leave := e.ops.leave
 	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		return Role{}, errShutdown()
+		var err error
+		if leave, err = e.enterRevocation(); err != nil {
+			return Role{}, err
+		}
+		check = func(cur *Role) error {
+			if !narrows(cur, &r) {
+				return errShutdown() // it would give access
+			}
+			return nil
+		}
 	}
-	defer e.ops.leave()
+	defer leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return Role{}, err
 	}
@@ -419,7 +440,7 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 		c.Permissions = []Permission{}
 	}
 	written := noWait
-	if err := e.dir.putRole(ctx, &c, func() {
+	if err := e.dir.putRoleIf(ctx, &c, check, func() {
 		written = e.auditInOrder(EventRoleDefined.record("", CodeOK, store.AuditRecord{Ref: c.Name}))
 		e.onAccessChanged()
 	}); err != nil {
@@ -448,12 +469,15 @@ func (e *Engine) ListRolesPage(_ context.Context, after string, max int) (roles 
 
 // DeleteRole removes a role definition. Every contract and subscription
 // that relied on one of its permissions fails its next check with
-// GRANT_REVOKED, as when the role is taken from the account.
+// GRANT_REVOKED, as when the role is taken from the account. It takes
+// access away only: it goes on once Shutdown began, while the store is
+// open (see Engine.Shutdown).
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
-	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		return errShutdown()
+	leave, err := e.enterRevocation() // Shutdown waits for its record (inflight.go)
+	if err != nil {
+		return err
 	}
-	defer e.ops.leave()
+	defer leave()
 	written := noWait
 	if err := e.dir.deleteRole(ctx, name, func() {
 		written = e.auditInOrder(EventRoleDeleted.record("", CodeOK, store.AuditRecord{Ref: name}))
@@ -512,11 +536,22 @@ func (e *Engine) PutAccountKeysAs(ctx context.Context, p *Principal, id string, 
 
 // putAccountKeys replaces account id's keys, for p when not nil (see
 // PutAccountKeysAs), for the embedding program otherwise.
+//
+// Once Shutdown began, a list that only removes keys or narrows their
+// windows takes access away only, and goes on while the store is open
+// (see Engine.Shutdown); any other is refused SHUTTING_DOWN, as it is
+// judged under the lock that changes the account.
 func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, keys []PublicKey) (Account, error) {
+	removing := false // Shutdown began: the list may only take away
+	leave := e.ops.leave
 	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		return Account{}, errShutdown()
+		var err error
+		if leave, err = e.enterRevocation(); err != nil {
+			return Account{}, err
+		}
+		removing = true
 	}
-	defer e.ops.leave()
+	defer leave()
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
 	}
@@ -529,6 +564,9 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 	}
 	written := noWait
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
+		if _, widened := keysNotNarrowed(a.Keys, keys); widened && removing {
+			return errShutdown() // it would give access
+		}
 		if !narrowOnly {
 			a.Keys = slices.Clone(keys)
 			return nil

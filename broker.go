@@ -300,11 +300,12 @@ type Engine struct {
 	closed    atomic.Bool
 	ops       inflight // the operations in flight, that Shutdown waits for (inflight.go)
 	bg        inflight // the engine's goroutines (goTracked), that Shutdown waits for after them
+	revokes   inflight // the revocations let in once ops closed, that Shutdown waits for before the last flush (inflight.go)
 	done      chan struct{}
 	ctx       context.Context // canceled by Shutdown; background work derives from it
 	stop      context.CancelFunc
 	shutOnce  sync.Once
-	closeOnce sync.Once // the owned store's Close, by the Shutdown that finishes first
+	closeOnce onceWait // the owned store's Close, by the Shutdown that finishes first
 }
 
 var _ Broker = (*Engine)(nil)
@@ -931,17 +932,35 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 // Shutdown stops accepting work, ends subscriptions and waits for the
 // operations in flight (a publish, a batch, a release, an ack, a
 // negotiation, a subscription: see inflight.go), then for the engine's
-// goroutines, or for ctx, whichever comes first; when ctx comes first it
-// returns ctx's error, and a later call waits again. Once they have ended
-// it writes what is left of the audit queue, so that every operation
-// answered before has its records in the store, and closes the store,
-// only when the engine made it. A record queued after that (a refusal a
-// server records late) is written by its caller. It is idempotent; later
-// calls return nil once the first has finished.
+// goroutines, then for the revocations in flight, then for the last
+// write of the audit queue (a writer at work included), then for the
+// store's close: each wait ends when ctx does, and Shutdown then returns
+// ctx's error; a later call takes up where it stopped and waits again,
+// without doing twice what was done (the store is closed once). Once the
+// operations have ended it writes what is left of the audit queue, so
+// that every operation answered before has its records in the store, and
+// closes the store, only when the engine made it. A record queued after
+// that (a refusal a server records late) is written by its caller. It is
+// idempotent; later calls return nil once one has finished.
+//
+// A change that only takes access away (RevokeContract, RevokeGrant,
+// DeleteAccount, RemoveAccountRole, DeleteRole, a PutRole that only
+// narrows a role, a PutAccountKeys that only removes keys or narrows
+// their windows) never waits for Shutdown and is not refused while the
+// store it writes to is open: begun after Shutdown began, it is carried
+// out and audited, and Shutdown waits for it before its last flush. Once
+// that wait began on the store the engine made, which Shutdown closes
+// next, such a change is refused SHUTTING_DOWN (retryable, on another
+// node or after a restart) and changes nothing; on the application's
+// store, which Shutdown leaves open, it is carried out, uncounted, as
+// Record is, and meets SHUTTING_DOWN once the application closed the
+// store. Every other operation, a change that gives access included, is
+// refused SHUTTING_DOWN from the moment Shutdown began.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.shutOnce.Do(func() {
 		e.closed.Store(true)
-		e.ops.close() // from here on an operation is refused SHUTTING_DOWN
+		e.revokes.late = e.writeLate // before any revocation can enter it: ops closes next
+		e.ops.close()                // from here on an operation is refused SHUTTING_DOWN, a revocation counted apart
 		// No run of refusals is counted from here on: the janitor, whose
 		// flushes write them, stops (inflight.go).
 		for _, r := range e.coalesce.close() {
@@ -959,14 +978,19 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if err := e.bg.wait(ctx); err != nil {
 		return err
 	}
-	e.flushAudit()
-	var err error
-	e.closeOnce.Do(func() {
+	e.revokes.close() // a revocation after this is refused, on the store the engine closes next
+	if err := e.revokes.wait(ctx); err != nil {
+		return err
+	}
+	if err := e.flushAuditWithin(ctx); err != nil {
+		return err
+	}
+	return e.closeOnce.do(ctx, func() error {
 		if e.ownStore {
-			err = e.store.Close(ctx)
+			return e.store.Close(ctx)
 		}
+		return nil
 	})
-	return err
 }
 
 // storeError maps a store error to the typed error.

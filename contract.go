@@ -825,12 +825,15 @@ func (e *Engine) contractError(ctx context.Context, typ Event, p *Principal, sub
 // RevokeContract revokes a contract. Only its holder may revoke it; every
 // later use fails with CONTRACT_REVOKED. In a cluster it returns once every
 // live node applied the revocation (see ClusterBarrier), or fails with
-// CLUSTER_UNCONFIRMED, the contract revoked all the same.
+// CLUSTER_UNCONFIRMED, the contract revoked all the same. It takes access
+// away only: it goes on once Shutdown began, while the store is open (see
+// Engine.Shutdown).
 func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) error {
-	if !e.ops.enter() { // Shutdown waits for its record and what it hands back (inflight.go)
-		return errShutdown()
+	leave, err := e.enterRevocation() // Shutdown waits for its record and what it hands back (inflight.go)
+	if err != nil {
+		return err
 	}
-	defer e.ops.leave()
+	defer leave()
 	c, err := e.lookupContract(ctx, id)
 	if err != nil {
 		return err

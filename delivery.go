@@ -705,6 +705,9 @@ func (e *Engine) recordReplay(ctx context.Context, base store.AuditRecord, out [
 // follows them in the audit log. Safe for concurrent use; it does not
 // block unless the contract must be read from a shared store.
 func (e *Engine) Recheck(ctx context.Context, c Caller, subject string, op Operation) error {
+	if e.ops.enter() { // Shutdown waits for its refusal's record; once it began, written by this caller, as Record's (inflight.go)
+		defer e.ops.leave()
+	}
 	if c.Principal == nil {
 		return NewError(CodeContractPrincipalMismatch, "%s", mismatchReason)
 	}

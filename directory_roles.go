@@ -52,12 +52,24 @@ func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
 // as many as its quota (roleQuota), is INVALID_ARGUMENT, and nothing is
 // written; a role it holds is redefined whatever their number.
 func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
-	return d.fresh(ctx, func() error { return d.putRoleOnce(ctx, r, then) })
+	return d.putRoleIf(ctx, r, nil, then)
 }
 
-func (d *directory) putRoleOnce(ctx context.Context, r *Role, then func()) error {
+// putRoleIf is putRole, refused with check's error, with nothing written,
+// when check (when not nil) refuses the role's definition as this node
+// holds it (nil: none), under the lock that changes it.
+func (d *directory) putRoleIf(ctx context.Context, r *Role, check func(cur *Role) error, then func()) error {
+	return d.fresh(ctx, func() error { return d.putRoleOnce(ctx, r, check, then) })
+}
+
+func (d *directory) putRoleOnce(ctx context.Context, r *Role, check func(cur *Role) error, then func()) error {
 	defer d.lockChange()()
 	cur := d.roles[r.Name]
+	if check != nil {
+		if err := check(cur); err != nil {
+			return err
+		}
+	}
 	f, err := d.find(ctx, bucketRoles, r.Name, none(cur))
 	if err != nil {
 		return err
@@ -102,4 +114,22 @@ func (d *directory) deleteRoleOnce(ctx context.Context, name string, then func()
 	d.bump()
 	then()
 	return nil
+}
+
+// narrows reports whether next, a role's new definition, grants nothing
+// that cur, its definition now, does not: each of next's permissions is
+// one of cur's (the same subject and selector) with the same operations
+// or fewer. A role cur does not hold (nil) is not narrowed by any.
+func narrows(cur, next *Role) bool {
+	if cur == nil {
+		return false
+	}
+	for _, p := range next.Permissions {
+		if !slices.ContainsFunc(cur.Permissions, func(q Permission) bool {
+			return q.Subject == p.Subject && q.Selector == p.Selector && !slices.ContainsFunc(p.Operations, func(op Operation) bool { return !slices.Contains(q.Operations, op) })
+		}) {
+			return false
+		}
+	}
+	return true
 }

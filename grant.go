@@ -167,12 +167,15 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 
 // RevokeGrant revokes a grant: the token is refused from now on, and every
 // contract negotiated with it fails its next check with GRANT_REVOKED (on
-// every live node of a cluster: see ClusterBarrier).
+// every live node of a cluster: see ClusterBarrier). It takes access
+// away only: it goes on once Shutdown began, while the store is open (see
+// Engine.Shutdown).
 func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
-	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		return errShutdown()
+	leave, err := e.enterRevocation() // Shutdown waits for its record (inflight.go)
+	if err != nil {
+		return err
 	}
-	defer e.ops.leave()
+	defer leave()
 	return e.revokeGrant(ctx, jti)
 }
 

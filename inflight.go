@@ -43,7 +43,26 @@ import (
 // a later Shutdown, once the operation has left, finishes. What the
 // operation queued meanwhile is not left for that later Shutdown: an
 // operation that leaves once the audit writer has stopped writes what is
-// queued (writeLate).
+// queued (writeLate). Every wait of Shutdown is bounded by its context
+// the same way: for the operations, the goroutines, the revocations, the
+// last write of the audit queue (flushAuditWithin: a writer at work
+// stuck in the store included) and the store's close (onceWait).
+//
+// Revocations.
+//
+// A change that only takes access away (a contract or grant revoked, an
+// account deleted, a role taken from an account, a role deleted or
+// narrowed, an account's keys removed) must not be lost to a Shutdown:
+// refused, the access it removes would stay in the store for the next
+// start, or for the other nodes of a cluster. So once ops is closed it
+// is counted apart (enterRevocation), in revokes, which Shutdown closes
+// only once the operations and the goroutines have ended, just before
+// its last flush: until then it is carried out and audited as before
+// Shutdown (its records are waited for by the change itself, and what
+// it queued otherwise is written as it leaves). After that, on the store
+// the engine made, which Shutdown closes next, it is refused
+// SHUTTING_DOWN, retryable; on the application's store, which stays
+// open, it is carried out uncounted, as a component's record is.
 //
 // The engine's goroutines (goTracked) are counted the same way, apart:
 // one is started only by an operation in flight, by another of them, or
@@ -156,6 +175,77 @@ func (f *inflight) wait(ctx context.Context) error {
 	}
 	select {
 	case <-f.done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// enterRevocation counts a change that only takes access away (see
+// above) and returns the function that counts it out: in ops while it is
+// open, in revokes once it is closed, uncounted on the application's
+// store once both are. On the store the engine made, once both are
+// closed, it is SHUTTING_DOWN and the change must do nothing.
+func (e *Engine) enterRevocation() (leave func(), err error) {
+	switch {
+	case e.ops.enter():
+		return e.ops.leave, nil
+	case e.revokes.enter():
+		return e.revokes.leave, nil
+	case !e.ownStore:
+		return func() {}, nil
+	}
+	return nil, errShutdown()
+}
+
+// flushAuditWithin is flushAudit bounded by ctx, for Shutdown's last
+// flush: it returns ctx's error when ctx is done before what is queued
+// is written, a writer at work stuck in the store included. The flush
+// goes on without it: a later flush (a later Shutdown) waits for it as
+// for any writer at work, and writes what it left.
+func (e *Engine) flushAuditWithin(ctx context.Context) error {
+	if ctx.Done() == nil {
+		e.flushAudit() // a context that never ends: no goroutine
+		return nil
+	}
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		e.flushAudit()
+	}()
+	select {
+	case <-flushed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// onceWait runs a function once, for the first caller of do, and lets
+// every other caller wait for it, bounded by its own context. Its zero
+// value is ready.
+type onceWait struct {
+	started atomic.Bool
+	mk      sync.Once
+	ch      chan struct{} // closed once the function returned; made by mk
+}
+
+func (o *onceWait) done() chan struct{} {
+	o.mk.Do(func() { o.ch = make(chan struct{}) })
+	return o.ch
+}
+
+// do runs fn and returns its error when it is the first call; a later
+// call waits until fn has returned and returns nil, or ctx's error when
+// ctx is done first. A panic of fn is the first call's: the others are
+// let go all the same.
+func (o *onceWait) do(ctx context.Context, fn func() error) error {
+	if o.started.CompareAndSwap(false, true) {
+		defer close(o.done())
+		return fn()
+	}
+	select {
+	case <-o.done():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

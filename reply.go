@@ -289,8 +289,15 @@ func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Mes
 // idempotency key or its id) unless c's credential sent req (holds). Idempotency keys
 // are scoped by principal, so without it a narrower credential of the
 // same account (a grant token) that learned a request's key or id could
-// claim or wait for the reply meant for the wider one.
+// claim or wait for the reply meant for the wider one. It is counted in
+// flight, as the publish before it was, so that Shutdown waits for its
+// receive.denied record; once Shutdown began it is SHUTTING_DOWN, as
+// the reply would be (handReply).
 func (e *Engine) sentBy(ctx context.Context, c Caller, req *Message) error {
+	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
+		return errShutdown()
+	}
+	defer e.ops.leave()
 	if e.holds(ctx, c.Principal, c.ContractID, req.ContractID) {
 		return nil
 	}
