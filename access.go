@@ -369,13 +369,31 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // cannot be written, where the changes that give access are refused (the
 // audit guard): its account.role.removed record is then lost, and counted
 // in audit.resumed. For the same reason it goes on once Shutdown began,
-// while the store is open (see Engine.Shutdown).
+// while the store is open (see Engine.Shutdown). A role that a catalog
+// deny rule names is the exception: taking it lifts the deny, which may
+// give access, so it is judged as a change that gives access (refused
+// while the audit log cannot be written, and once Shutdown began).
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
-	leave, err := e.enterRevocation() // Shutdown waits for its record (inflight.go)
+	lifts := e.denyRuleNames([]string{role})
+	var leave func()
+	var err error
+	switch {
+	case !lifts:
+		leave, err = e.enterRevocation() // Shutdown waits for its record (inflight.go)
+	case e.ops.enter():
+		leave = e.ops.leave
+	default:
+		err = errShutdown()
+	}
 	if err != nil {
 		return Account{}, err
 	}
 	defer leave()
+	if lifts {
+		if err := e.auditGuard(ctx); err != nil {
+			return Account{}, err
+		}
+	}
 	if err := validID("a role name", role); err != nil {
 		return Account{}, err // no role has it: nothing to take, write or audit
 	}

@@ -151,8 +151,13 @@ type contract struct {
 	info    ContractInfo // its ExpiresAt is the expiry when it was negotiated or loaded; exp is the one in force
 	permits map[string]*permit
 	revoked atomic.Bool
-	access  atomic.Pointer[accessState] // the last access check; nil: none yet
-	exp     atomic.Pointer[time.Time]   // when it expires; RenewContract moves it later
+	// revokeStored is set once the store holds the contract revoked
+	// (storeRevocation, or revoked when loaded or by another node);
+	// revokeMu orders the calls that store it.
+	revokeStored atomic.Bool
+	revokeMu     sync.Mutex
+	access       atomic.Pointer[accessState] // the last access check; nil: none yet
+	exp          atomic.Pointer[time.Time]   // when it expires; RenewContract moves it later
 	// saveMu orders the writes of the contract's record (saveContract),
 	// each of which reads revoked while it holds it: a renewal that read
 	// the contract before a revocation cannot store it unrevoked after the
@@ -711,6 +716,7 @@ func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, erro
 		rec.Revoked = true // revoked by another node while this one read it
 	}
 	c.revoked.Store(rec.Revoked)
+	c.revokeStored.Store(rec.Revoked)
 	if prev := e.contracts.m[id]; prev != nil {
 		c = prev
 	} else {
@@ -844,16 +850,37 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 	if !c.heldBy(p) {
 		return NewError(CodeContractPrincipalMismatch, mismatchReason)
 	}
-	if c.revoked.Swap(true) {
-		return e.clusterBarrier(ctx) // a retry waits for the other nodes again
+	if !c.revoked.Swap(true) {
+		e.live.release(c.info.Principal, id) // refused from here on, on this node
 	}
-	e.live.release(c.info.Principal, id)
+	if err := e.storeRevocation(ctx, c, p); err != nil {
+		return err // revoked here; a retry stores it
+	}
+	return e.clusterBarrier(ctx) // a retry waits for the other nodes again
+}
+
+// storeRevocation writes c's revocation to the store, audits it and tells
+// the contract's subscriptions and the other nodes, once: a call that
+// finds it stored does nothing, and one whose write failed leaves it for
+// the next (a retry of RevokeContract), so that a revocation answered
+// with an error is not answered nil later while the store still holds
+// the contract unrevoked (a restart would honour it again).
+func (e *Engine) storeRevocation(ctx context.Context, c *contract, p *Principal) error {
+	if c.revokeStored.Load() {
+		return nil
+	}
+	c.revokeMu.Lock()
+	defer c.revokeMu.Unlock()
+	if c.revokeStored.Load() {
+		return nil
+	}
 	if err := e.saveContract(ctx, c); err != nil {
 		return err
 	}
-	e.audit(ctx, EventContractRevoked.record(OutcomeDeny, CodeContractRevoked, store.AuditRecord{Principal: p.ID, ContractID: id}))
-	e.onContractRevoked(id)
-	return e.clusterBarrier(ctx)
+	c.revokeStored.Store(true)
+	e.audit(ctx, EventContractRevoked.record(OutcomeDeny, CodeContractRevoked, store.AuditRecord{Principal: p.ID, ContractID: c.info.ID}))
+	e.onContractRevoked(c.info.ID)
+	return nil
 }
 
 // GetContract returns a contract to its holder.

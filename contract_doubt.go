@@ -253,6 +253,9 @@ func (e *Engine) revokeAway(id string) {
 		e.contracts.noteRevokedAway(id, time.Now())
 	}
 	e.contracts.mu.Unlock()
+	if cached != nil {
+		cached.revokeStored.Store(true) // by the node that revoked it
+	}
 	if cached == nil || cached.revoked.Swap(true) {
 		return
 	}
