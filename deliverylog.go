@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strconv"
+	"sync"
 
 	"pigeon/store"
 )
@@ -20,6 +21,13 @@ const maxLogged = 1024
 type deliveryLog struct {
 	entries []logged
 }
+
+// linesPool holds the room batchRecord lists the ids of a large batch in,
+// up to maxLines bytes each: those of a whole record of maxLogged
+// messages with ids of the broker's.
+var linesPool = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxLines = 32 << 10
 
 type logged struct {
 	seq uint64
@@ -84,16 +92,40 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 		}
 		i = j + 1
 	}
+	var sum [sha256.Size]byte
 	var buf [512]byte
-	lines := buf[:0]
-	for _, e := range es {
-		lines = append(append(lines, e.id...), '\n')
+	if n := linesLen(es); n <= len(buf) {
+		sum = sha256.Sum256(appendLines(buf[:0], es))
+	} else {
+		bp := linesPool.Get().(*[]byte)
+		lines := appendLines(slices.Grow((*bp)[:0], n), es)
+		sum = sha256.Sum256(lines)
+		if cap(lines) <= maxLines {
+			*bp = lines[:0]
+			linesPool.Put(bp)
+		}
 	}
 	// Seqs and Digest are two parts of one string: one allocation.
-	sum := sha256.Sum256(lines)
 	text := string(hex.AppendEncode(seqs, sum[:]))
 	r.Seqs, r.Count, r.Digest = text[:len(seqs)], len(es), text[len(seqs):]
 	return r
+}
+
+// linesLen is the length of the ids of es, one per line.
+func linesLen(es []logged) int {
+	n := len(es)
+	for _, e := range es {
+		n += len(e.id)
+	}
+	return n
+}
+
+// appendLines appends the ids of es to b, one per line.
+func appendLines(b []byte, es []logged) []byte {
+	for _, e := range es {
+		b = append(append(b, e.id...), '\n')
+	}
+	return b
 }
 
 // DeliveryDigest is the Digest of a batch record over ids, given in

@@ -22,7 +22,12 @@ type fanout struct {
 	subject string
 	wake    chan struct{}
 	high    atomic.Uint64 // the highest sequence appended, as notified
-	nGroups atomic.Int32  // len(groups)
+	// ring is the subject's recent cache once looked up (recent): a
+	// subject's ring is never replaced, and reading it here spares every
+	// message a lock that the publisher, the fan-out and the subscribers
+	// would share.
+	ring    atomic.Pointer[recentRing]
+	nGroups atomic.Int32 // len(groups)
 
 	mu     sync.Mutex
 	live   *selectorIndex[*subscription]
@@ -42,6 +47,16 @@ type fanout struct {
 
 func newFanout(e *Engine, subject string) *fanout {
 	return &fanout{e: e, subject: subject, wake: make(chan struct{}, 1), live: newSelectorIndex[*subscription](), groups: map[*subscription]struct{}{}, joining: map[*subscription]uint64{}}
+}
+
+// recent is the subject's recent cache (Engine.recent), looked up once.
+func (f *fanout) recent() *recentRing {
+	if r := f.ring.Load(); r != nil {
+		return r
+	}
+	r := f.e.recent.ring(f.subject)
+	f.ring.Store(r)
+	return r
 }
 
 func (e *Engine) fanoutOf(subject string) *fanout {
@@ -281,8 +296,9 @@ func (f *fanout) forward() bool {
 	if cursor > high {
 		return false
 	}
+	ring := f.recent()
 	for n := 0; cursor <= high && n < maxBatch; n++ {
-		d := e.recentAt(f.subject, cursor)
+		d := ring.at(cursor)
 		if d == nil {
 			break
 		}
@@ -293,7 +309,7 @@ func (f *fanout) forward() bool {
 	if cursor > high {
 		return false
 	}
-	if e.recentAt(f.subject, cursor) != nil {
+	if ring.at(cursor) != nil {
 		return true
 	}
 	// Not in the cache: read it (and what follows) from the store.

@@ -607,7 +607,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// Publish returns. A subject nobody subscribes to keeps nothing.
 		// Data the gates did not build (a.lazy) is decoded from the
 		// judged text by the first subscriber that reads it.
-		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, !a.lazy, a.dataExact, a.Now)
+		res.r.src = e.remember(d, f.recent(), stored.Seq, &res.m, judged, a.Data, !a.lazy, a.dataExact, a.Now)
 		if body != nil {
 			if enc := acceptedJSON(body, d.m); enc != nil {
 				d.encOnce.Do(func() { d.enc = enc })

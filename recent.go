@@ -203,15 +203,18 @@ func (c *recentCache) sweep(cutoff time.Time) {
 }
 
 // remember keeps a copy of an accepted message in d (zero, and not yet
-// shared), and, when built (hasData), the data tree the gates judged, so
-// that the fan-out hands it to subscribers without reading and decoding
-// it again; otherwise the first reader decodes it (value). The copy
-// shares nothing with m: its data is judged, the text the gates judged,
-// which nothing else holds, or when judged is nil a copy of m's (stored
-// as "{}" when empty). data must not be shared with the publisher; exact
-// is what its decoder found of its numbers (jsontext.Document.Exact).
-func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any, hasData, exact bool, now time.Time) *decoded {
-	*d = decoded{seq: seq, msg: *m}
+// shared), put in r, its subject's cache, and, when built (hasData), the
+// data tree the gates judged, so that the fan-out hands it to subscribers
+// without reading and decoding it again; otherwise the first reader
+// decodes it (value). The copy shares nothing with m: its data is judged,
+// the text the gates judged, which nothing else holds, or when judged is
+// nil a copy of m's (stored as "{}" when empty). data must not be shared
+// with the publisher; exact is what its decoder found of its numbers
+// (jsontext.Document.Exact).
+func (e *Engine) remember(d *decoded, r *recentRing, seq uint64, m *Message, judged json.RawMessage, data any, hasData, exact bool, now time.Time) *decoded {
+	// d is zero: its fields are written in place, with no zeroed
+	// decoded built first and copied over it.
+	d.seq, d.msg = seq, *m
 	d.m = &d.msg
 	switch {
 	case judged != nil:
@@ -229,14 +232,18 @@ func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, ju
 		d.once.Do(func() { d.data, d.exact = data, exact })
 	}
 	d.size = sizeOf(&d.msg)
-	e.recent.ring(subject).put(d, now)
+	r.put(d, now)
 	return d
 }
 
 // recentAt returns the decoded message of subject at seq when the cache
 // holds it.
 func (e *Engine) recentAt(subject string, seq uint64) *decoded {
-	r := e.recent.ring(subject)
+	return e.recent.ring(subject).at(seq)
+}
+
+// at returns the decoded message at seq when the ring holds it.
+func (r *recentRing) at(seq uint64) *decoded {
 	if d := r.slots[seq%recentSize].Load(); d != nil && d.seq == seq && seq >= r.floor.Load() {
 		return d
 	}

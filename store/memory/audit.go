@@ -181,6 +181,12 @@ func (l *auditLog) push(r *store.AuditRecord) {
 			full = l.chunks[last].used()
 		}
 		c.hdrs, c.arena = newChunk[auditHeader](auditChunkLen, full, &l.arenaSize)
+		// The log only grows, and its chunk fills: its pages are faulted
+		// in at once (touch), which costs less than one fault per page
+		// as the records are appended. A subject log's chunk is made
+		// ready so beside the appends (spare.go) instead.
+		touch(c.hdrs, cap(c.hdrs))
+		touch(c.data, cap(c.data)-cap(c.data)/(arenaSlack+1))
 		if l.strs == nil {
 			l.strs = []string{""}
 			l.ids = make(map[string]uint32)
