@@ -422,6 +422,9 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 // same operations or fewer) takes access away only, and goes on while
 // the store is open (see Engine.Shutdown); any other is refused
 // SHUTTING_DOWN, as it is judged under the lock that changes the role.
+// The same holds while the audit log cannot be written: a definition
+// that only narrows the role goes on (its record lost, counted in
+// audit.resumed), any other is refused with the log's error.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	var check func(cur *Role) error
 	leave := e.ops.leave
@@ -439,7 +442,20 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	}
 	defer leave()
 	if err := e.auditGuard(ctx); err != nil {
-		return Role{}, err
+		// While the audit log cannot be written, a definition that only
+		// narrows the role takes access away, and goes on as a
+		// revocation does (its record lost, counted in audit.resumed);
+		// any other is refused with the log's error.
+		shutdown := check
+		check = func(cur *Role) error {
+			if !narrows(cur, &r) {
+				return err
+			}
+			if shutdown != nil {
+				return shutdown(cur)
+			}
+			return nil
+		}
 	}
 	if err := validID("a role name", r.Name); err != nil {
 		return Role{}, err
@@ -517,7 +533,11 @@ func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 // the other account methods it trusts its caller: the embedding program
 // decides who may publish what. A remote caller goes through
 // PutAccountKeysAs. The change is audited as account.keys.published
-// (principal: the account; ref: what changed, see PutAccountKeysAs).
+// (principal: the account; ref: what changed, see PutAccountKeysAs). A
+// list that only removes keys or narrows their windows withdraws access:
+// like a revocation it goes on while the audit log cannot be written (its
+// record lost, counted in audit.resumed) and once Shutdown began, while
+// the store is open; any other is refused then.
 func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey) (Account, error) {
 	return e.putAccountKeys(ctx, nil, id, keys)
 }
@@ -570,9 +590,12 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 		removing = true
 	}
 	defer leave()
-	if err := e.auditGuard(ctx); err != nil {
-		return Account{}, err
-	}
+	// While the audit log cannot be written, a list that only removes
+	// keys or narrows their windows takes access away, and goes on as a
+	// revocation does (its record lost, counted in audit.resumed): a
+	// compromised key is withdrawn on a full disk too. Any other is
+	// refused with the log's error.
+	guard := e.auditGuard(ctx)
 	if err := checkKeys(keys); err != nil {
 		return Account{}, err
 	}
@@ -582,8 +605,13 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 	}
 	written := noWait
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
-		if _, widened := keysNotNarrowed(a.Keys, keys); widened && removing {
-			return errShutdown() // it would give access
+		if _, widened := keysNotNarrowed(a.Keys, keys); widened {
+			switch {
+			case guard != nil:
+				return guard // it would give access
+			case removing:
+				return errShutdown() // it would give access
+			}
 		}
 		if !narrowOnly {
 			a.Keys = slices.Clone(keys)
