@@ -9,7 +9,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -309,90 +308,6 @@ func (c *contract) expiresAt() time.Time { return *c.exp.Load() }
 
 // setExpiry sets when c expires.
 func (c *contract) setExpiry(t time.Time) { c.exp.Store(&t) }
-
-// permit is what a contract allows on one subject: the operations, those
-// of them held through role permissions, and their scopes. (A grant, in
-// grant.go, is a token that authenticates an account.)
-type permit struct {
-	ops     uint8
-	viaRole uint8
-	digest  string
-	subj    atomic.Pointer[subject]
-	scope   [4][]Selector // per operation (opIndex); nil: not scoped
-}
-
-// opIndex is op's slot in a grant's per-operation arrays: its position in
-// the operation table (policy.Operations). An unknown operation gets the
-// last slot.
-func opIndex(op Operation) int {
-	if i := op.Index(); i >= 0 {
-		return i
-	}
-	return len(Operations) - 1
-}
-
-func (g *permit) setScope(op Operation, sel Selector) {
-	i := opIndex(op)
-	g.scope[i] = append(g.scope[i], sel)
-}
-
-// restrict scopes op, to no route until setScope adds one.
-func (g *permit) restrict(op Operation) {
-	if i := opIndex(op); g.scope[i] == nil {
-		g.scope[i] = []Selector{}
-	}
-}
-
-// scoped reports whether op is restricted to routes.
-func (g *permit) scoped(op Operation) bool { return g != nil && g.scope[opIndex(op)] != nil }
-
-// noRoute is the scopeKey of a scope that matches nothing; selectors start
-// with '/', so no scope of routes has it.
-const noRoute = "!"
-
-// scopeKey names op's scope, for keying consumer groups.
-func (g *permit) scopeKey(op Operation) string {
-	if !g.scoped(op) {
-		return ""
-	}
-	if len(g.scope[opIndex(op)]) == 0 {
-		return noRoute
-	}
-	var b strings.Builder
-	for i, s := range g.scope[opIndex(op)] {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(s.String())
-	}
-	return b.String()
-}
-
-// inScope reports whether data is within the permit's scope for op.
-func (g *permit) inScope(op Operation, data any) bool {
-	if g == nil {
-		return true
-	}
-	sels := g.scope[opIndex(op)]
-	if sels == nil {
-		return true
-	}
-	for _, s := range sels {
-		if s.matchScope(data) {
-			return true
-		}
-	}
-	return false
-}
-
-// opBit is op's bit in a grant's operation set: 1 << its position in the
-// operation table; 0 for an unknown operation.
-func opBit(op Operation) uint8 {
-	if i := op.Index(); i >= 0 {
-		return 1 << i
-	}
-	return 0
-}
 
 func (c *contract) ID() string           { return c.info.ID }
 func (c *contract) Principal() string    { return c.info.Principal }
@@ -826,61 +741,6 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 func (e *Engine) contractError(ctx context.Context, typ Event, p *Principal, subject, contractID string, code Code, reason string) error {
 	e.audit(ctx, typ.record(OutcomeDeny, code, store.AuditRecord{Gate: GateContract, Subject: subject, Principal: p.ID, ContractID: contractID}))
 	return NewError(code, "%s", reason)
-}
-
-// RevokeContract revokes a contract. Only its holder may revoke it; every
-// later use fails with CONTRACT_REVOKED. In a cluster it returns once every
-// live node applied the revocation (see ClusterBarrier), or fails with
-// CLUSTER_UNCONFIRMED, the contract revoked all the same. It takes access
-// away only: it goes on once Shutdown began, while the store is open (see
-// Engine.Shutdown).
-func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) error {
-	leave, err := e.enterRevocation() // Shutdown waits for its record and what it hands back (inflight.go)
-	if err != nil {
-		return err
-	}
-	defer leave()
-	c, err := e.lookupContract(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c == nil {
-		return NewError(CodeContractNotFound, "unknown contract")
-	}
-	if !c.heldBy(p) {
-		return NewError(CodeContractPrincipalMismatch, mismatchReason)
-	}
-	if !c.revoked.Swap(true) {
-		e.live.release(c.info.Principal, id) // refused from here on, on this node
-	}
-	if err := e.storeRevocation(ctx, c, p); err != nil {
-		return err // revoked here; a retry stores it
-	}
-	return e.clusterBarrier(ctx) // a retry waits for the other nodes again
-}
-
-// storeRevocation writes c's revocation to the store, audits it and tells
-// the contract's subscriptions and the other nodes, once: a call that
-// finds it stored does nothing, and one whose write failed leaves it for
-// the next (a retry of RevokeContract), so that a revocation answered
-// with an error is not answered nil later while the store still holds
-// the contract unrevoked (a restart would honour it again).
-func (e *Engine) storeRevocation(ctx context.Context, c *contract, p *Principal) error {
-	if c.revokeStored.Load() {
-		return nil
-	}
-	c.revokeMu.Lock()
-	defer c.revokeMu.Unlock()
-	if c.revokeStored.Load() {
-		return nil
-	}
-	if err := e.saveContract(ctx, c); err != nil {
-		return err
-	}
-	c.revokeStored.Store(true)
-	e.audit(ctx, EventContractRevoked.record(OutcomeDeny, CodeContractRevoked, store.AuditRecord{Principal: p.ID, ContractID: c.info.ID}))
-	e.onContractRevoked(c.info.ID)
-	return nil
 }
 
 // GetContract returns a contract to its holder.

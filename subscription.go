@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"pigeon/internal/cond"
 	"pigeon/store"
@@ -713,62 +712,6 @@ func (s *subscription) call(ctx context.Context, m *Message, attempt int) (err e
 	d := handed(m)
 	d.Subject, d.Attempt, d.Session = s.subj.name, attempt, s.sess
 	return s.h(ctx, d)
-}
-
-// handedCopy is a synchronous handler's Delivery and its deep copy of the
-// message, signature and data included, in one allocation: the data goes
-// in buf, which is sized for it (handed). buf comes last, so the garbage
-// collector scans no further than the pointers before it.
-type handedCopy[B any] struct {
-	d   Delivery
-	m   Message
-	sig Signature
-	buf B
-}
-
-// handed returns a Delivery of a deep copy of m (Message.cloneTo): the
-// handler may change it, or keep it, without changing what any other
-// receiver gets. Data of up to a few kilobytes shares the Delivery's
-// allocation, in room of one of a few sizes, each of which makes the
-// allocation fill one of the allocator's size classes; larger data is
-// copied on its own.
-func handed(m *Message) *Delivery {
-	switch n := len(m.Data); {
-	case n <= 128:
-		return handedIn[[128]byte](m)
-	case n <= 320:
-		return handedIn[[320]byte](m)
-	case n <= 576:
-		return handedIn[[576]byte](m)
-	case n <= 1088:
-		return handedIn[[1088]byte](m)
-	case n <= 2240:
-		return handedIn[[2240]byte](m)
-	}
-	c := new(handedCopy[struct{}])
-	m.cloneTo(&c.m)
-	c.d.Message = &c.m
-	return &c.d
-}
-
-// handedIn is handed for data that fits in B, an array of bytes.
-func handedIn[B any](m *Message) *Delivery {
-	c := new(handedCopy[B])
-	c.m = *m
-	c.m.pre = nil
-	if len(m.Data) > 0 {
-		buf := unsafe.Slice((*byte)(unsafe.Pointer(&c.buf)), unsafe.Sizeof(c.buf))
-		n := copy(buf, m.Data)
-		c.m.Data = buf[:n:n] // capped: an append by the handler copies
-	} else {
-		c.m.Data = nil // as cloneTo copies empty data
-	}
-	if m.Signature != nil {
-		c.sig = *m.Signature
-		c.m.Signature = &c.sig
-	}
-	c.d.Message = &c.m
-	return &c.d
 }
 
 // settled takes the handler's answer to one delivery. An acknowledgement
