@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"errors"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,8 +80,8 @@ func DecodeDocument(b []byte, maxDepth int, top NameSink) (Document, error) {
 }
 
 // decodeDocument is DecodeDocument; long takes the long way everywhere
-// (no shortNumber, no plain names), the reference its tests hold the
-// short ways to.
+// (no shortNumber, no plain names, every string read a byte at a time by
+// strBytewise), the reference its tests hold the short ways to.
 func decodeDocument(b []byte, maxDepth int, top NameSink, long bool) (Document, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top, long: long}
 	return decodeWith(&d)
@@ -169,7 +170,13 @@ const maxOpenStack = 1024
 // by comparing names; a larger one builds its map as it is read.
 const linearDups = 16
 
-func (d *valueDecoder) skip() { d.i = spaceEnd(d.s, d.i) }
+// skip moves past whitespace; compact text has none between tokens, so
+// a byte above space ends it at once.
+func (d *valueDecoder) skip() {
+	if i := d.i; i >= len(d.s) || d.s[i] <= ' ' {
+		d.i = spaceEnd(d.s, i)
+	}
+}
 
 func (d *valueDecoder) value(depth int) (any, error) {
 	if d.i >= len(d.s) {
@@ -226,6 +233,7 @@ func (d *valueDecoder) object(depth int) (any, error) {
 	base := len(d.open)
 	defer d.close(base)
 	var m map[string]any // once the object has more than linearDups members
+	var seen uint64      // the nameBit of each member name so far, while m is nil
 	for {
 		d.skip()
 		if d.i >= len(d.s) || d.s[d.i] != '"' {
@@ -258,9 +266,13 @@ func (d *valueDecoder) object(depth int) (any, error) {
 				return nil, ErrDuplicateKey
 			}
 		} else {
-			for _, o := range d.open[base:] {
-				if o.Name == k {
-					return nil, ErrDuplicateKey
+			if bit := nameBit(k); seen&bit == 0 {
+				seen |= bit // no member before has k's bit: none is named k
+			} else {
+				for j := base; j < len(d.open); j++ {
+					if d.open[j].Name == k {
+						return nil, ErrDuplicateKey
+					}
 				}
 			}
 			d.open = append(d.open, Member{k, v})
@@ -295,6 +307,17 @@ func (d *valueDecoder) object(depth int) (any, error) {
 			return nil, ErrSyntax
 		}
 	}
+}
+
+// nameBit is one of 64 bits picked by the length, first and last byte of
+// a member name: an object whose earlier members' bits do not include a
+// name's holds no member of that name, and needs no comparison to tell.
+func nameBit(k string) uint64 {
+	h := uint(len(k))
+	if len(k) > 0 {
+		h += uint(k[0])*7 + uint(k[len(k)-1])*3
+	}
+	return 1 << (h & 63)
 }
 
 // close drops the members of the container whose first member is at
@@ -345,57 +368,133 @@ func (d *valueDecoder) array(depth int) (any, error) {
 
 // name decodes a member name as str does, and reports whether it is
 // plain: written without an escape, and every byte ASCII.
-func (d *valueDecoder) name() (string, bool, error) {
-	start := d.i + 1
-	if i := PlainEnd(d.s, start); !d.long && i < len(d.s) && d.s[i] == '"' {
-		d.i = i + 1
-		return d.s[start:i], true, nil
-	}
-	k, err := d.str()
-	return k, false, err
-}
+func (d *valueDecoder) name() (string, bool, error) { return d.text() }
 
 // str decodes a string starting at the opening quote.
 func (d *valueDecoder) str() (string, error) {
+	v, _, err := d.text()
+	return v, err
+}
+
+// text decodes the string starting at the opening quote, and reports
+// whether it is plain (name). A string that is plain up to its closing
+// quote is read here, its first eight bytes without a call; any other
+// goes to strFrom, from the first byte that is not plain.
+func (d *valueDecoder) text() (string, bool, error) {
+	s := d.s
 	start := d.i + 1
-	i := PlainEnd(d.s, start)
-	for i < len(d.s) {
-		c := d.s[i]
-		switch {
+	i := start
+	if i+8 <= len(s) {
+		m := specialBits(word(s, i))
+		i += bits.TrailingZeros64(m) >> 3 // eight when m is 0
+		if m == 0 {
+			i = PlainEnd(s, i)
+		}
+	} else {
+		i = PlainEnd(s, i)
+	}
+	if d.long {
+		v, err := d.strBytewise()
+		return v, false, err
+	}
+	if i < len(s) && s[i] == '"' {
+		d.i = i + 1
+		return s[start:i], true, nil
+	}
+	v, err := d.strFrom(start, i)
+	return v, false, err
+}
+
+// strFrom is str for the string whose text starts at s[start], read up
+// to s[i] already (plain bytes and whole UTF-8 characters). It skips the
+// plain runs eight bytes at a time (PlainEnd), after a multi-byte
+// character as before the first, and stops at the first fault, as
+// strBytewise, which reads the same text a byte at a time, does.
+func (d *valueDecoder) strFrom(start, i int) (string, error) {
+	s := d.s
+	for i < len(s) {
+		switch c := s[i]; {
 		case c == '"':
 			d.i = i + 1
-			return d.s[start:i], nil
+			return s[start:i], nil
 		case c == '\\':
-			return d.strSlow(start)
+			return d.strSlow(start, i)
 		case c < 0x20:
 			return "", ErrSyntax
 		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRuneInString(d.s[i:])
+			r, size := utf8.DecodeRuneInString(s[i:])
 			if r == utf8.RuneError && size == 1 {
 				return "", ErrInvalidUTF8
 			}
 			i += size
-		default:
-			i++
 		}
+		i = PlainEnd(s, i)
 	}
 	return "", ErrSyntax
 }
 
 // strSlow decodes a string with escapes, as encoding/json does, but
-// refuses invalid UTF-8 and lone surrogates, which it would replace.
-func (d *valueDecoder) strSlow(start int) (string, error) {
-	buf := make([]byte, 0, 32)
-	i := start
-	for i < len(d.s) {
-		c := d.s[i]
-		switch {
+// refuses invalid UTF-8 and lone surrogates, which it would replace. The
+// text from s[start] to s[i], the first escape, has been read (strFrom):
+// it is copied as it is, and so is each plain run after an escape.
+func (d *valueDecoder) strSlow(start, i int) (string, error) {
+	s := d.s
+	buf := make([]byte, 0, max(32, i-start+16))
+	buf = append(buf, s[start:i]...)
+	for i < len(s) {
+		switch c := s[i]; {
 		case c == '"':
 			d.i = i + 1
 			return string(buf), nil
 		case c < 0x20:
 			return "", ErrSyntax
 		case c == '\\':
+			r, end, f := escape(s, i)
+			if f != escapeOK {
+				if f.kind() == KindInvalidUTF8 {
+					return "", ErrInvalidUTF8
+				}
+				return "", ErrSyntax
+			}
+			i = end
+			buf = utf8.AppendRune(buf, r)
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return "", ErrInvalidUTF8
+			}
+			buf = append(buf, s[i:i+size]...)
+			i += size
+		}
+		run := i
+		i = PlainEnd(s, i)
+		buf = append(buf, s[run:i]...)
+	}
+	return "", ErrSyntax
+}
+
+// strBytewise decodes a string starting at the opening quote a byte at a
+// time, with no fast path: the reference the long way (decodeDocument)
+// reads strings and names with, that its tests hold strFrom and strSlow
+// to.
+func (d *valueDecoder) strBytewise() (string, error) {
+	start := d.i + 1
+	buf := []byte(nil) // once an escape is met
+	for i := start; i < len(d.s); {
+		c := d.s[i]
+		switch {
+		case c == '"':
+			d.i = i + 1
+			if buf != nil {
+				return string(buf), nil
+			}
+			return d.s[start:i], nil
+		case c < 0x20:
+			return "", ErrSyntax
+		case c == '\\':
+			if buf == nil {
+				buf = append(make([]byte, 0, 32), d.s[start:i]...)
+			}
 			r, end, f := escape(d.s, i)
 			if f != escapeOK {
 				if f.kind() == KindInvalidUTF8 {
@@ -410,14 +509,22 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 			if r == utf8.RuneError && size == 1 {
 				return "", ErrInvalidUTF8
 			}
-			buf = append(buf, d.s[i:i+size]...)
+			buf = appendIf(buf, d.s[i:i+size])
 			i += size
 		default:
-			buf = append(buf, c)
+			buf = appendIf(buf, d.s[i:i+1])
 			i++
 		}
 	}
 	return "", ErrSyntax
+}
+
+// appendIf appends t to buf when buf is not nil.
+func appendIf(buf []byte, t string) []byte {
+	if buf == nil {
+		return nil
+	}
+	return append(buf, t...)
 }
 
 // number scans a JSON number and parses it as float64.

@@ -161,6 +161,18 @@ var referenceCases = []string{
 	`{"é":1,"a":2}`, `{"a\u0062":1,"c":2}`, `{"a\"b":1}`, "{\"a\xffb\":1}", "{\"a\x01\":1}", `{"\ud800":1}`,
 	`{"merchantId":"m-100","orderId":"o-7f3a9c21","amount":42.5,"currency":"GBP","paymentToken":"tok_9f8e7d6c5b4a3921","customerId":"cust-42","channel":"web","description":"Order o-7f3a9c21: 2 items, standard delivery","metadata":{"cartId":"cart-5521","ab":"b12"}}`,
 	`{"a":1,"a":2}`, `{"a":{"x":1,"x":2}}`, `{"a":1,"\u0061":2}`, `[[[[1]]]]`, `{"a":{"b":{"c":{}}}}`,
+	// Strings that leave the plain run and come back to it: after a
+	// multi-byte character, after an escape, a fault far into a run.
+	`["héllo wörld, a long plain run after each"]`, `["日本語のテキストと ASCII the rest of the way"]`,
+	`["a\n plain run after an escape, long enough\t\u00e9 and more plain text"]`,
+	`{"ab\u0063defghijklmnop":1,"abcdefghijklmnop":2}`, `{"abcdefghijklmnop":1,"ab\u0063defghijklmnop":2}`,
+	"[\"a long plain run before invalid UTF-8 \xc3\x28 after\"]", "[\"\\n then a long plain run, then \xff\"]",
+	"[\"é then a long plain run, then a control \x1f\"]", "[\"\\t then a long plain run, then a control \x1f\"]",
+	"[\"a long plain run, then a surrogate in UTF-8 \xed\xa0\x80\"]", `["a long plain run, then \ud800 lone"]`,
+	`["é\q bad escape after a character"]`, `["a long plain run, unterminated é`, `["a long plain run, unterminated \n`,
+	// Names of one length and first and last byte (nameBit), and not.
+	`{"ab":1,"aab":2,"acb":3,"ab":4}`, `{"axb":1,"ayb":2,"azb":3}`, `{"":1,"":2}`, `{"":1,"a":2}`,
+	`{"ba":1,"ab":2,"ab":3}`, `{"x":{"y":1},"y":{"x":1,"x":2}}`,
 }
 
 func TestDecodeDocumentMatchesReference(t *testing.T) {

@@ -1,7 +1,6 @@
 package jsontext
 
 import (
-	"encoding/binary"
 	"math/bits"
 	"unicode/utf8"
 )
@@ -24,10 +23,15 @@ func PlainEnd[T Text](b T, i int) int {
 	return i
 }
 
+// word returns the eight bytes of b from b[i], the first lowest, as one
+// little-endian word. Written as eight loads that the compiler merges
+// into one (binary.LittleEndian.Uint64's form): through a copy into an
+// array, it costs a store and a reload on the stack and a check of the
+// copy's overlap, several times the scan of the word itself.
 func word[T Text](b T, i int) uint64 {
-	var w [8]byte
-	copy(w[:], b[i:i+8])
-	return binary.LittleEndian.Uint64(w[:])
+	b = b[i : i+8]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 const (
