@@ -64,27 +64,18 @@ func (e *Engine) PutAccountKeysAs(ctx context.Context, p *Principal, id string, 
 // putAccountKeys replaces account id's keys, for p when not nil (see
 // PutAccountKeysAs), for the embedding program otherwise.
 //
-// Once Shutdown began, a list that only removes keys or narrows their
-// windows takes access away only, and goes on while the store is open
-// (see Engine.Shutdown); any other is refused SHUTTING_DOWN, as it is
-// judged under the lock that changes the account.
+// Once Shutdown began, and while the audit log cannot be written, a list
+// that only removes keys or narrows their windows takes access away
+// only, and goes on (see Engine.Shutdown; its record then lost, counted
+// in audit.resumed); any other is refused SHUTTING_DOWN or with the log's
+// error (enterNarrowing), as it is judged under the lock that changes
+// the account.
 func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, keys []PublicKey) (Account, error) {
-	removing := false // Shutdown began: the list may only take away
-	leave := e.ops.leave
-	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		var err error
-		if leave, err = e.enterRevocation(); err != nil {
-			return Account{}, err
-		}
-		removing = true
+	leave, widening, err := e.enterNarrowing(ctx) // Shutdown waits for its record (inflight.go)
+	if err != nil {
+		return Account{}, err
 	}
 	defer leave()
-	// While the audit log cannot be written, a list that only removes
-	// keys or narrows their windows takes access away, and goes on as a
-	// revocation does (its record lost, counted in audit.resumed): a
-	// compromised key is withdrawn on a full disk too. Any other is
-	// refused with the log's error.
-	guard := e.auditGuard(ctx)
 	if err := checkKeys(keys); err != nil {
 		return Account{}, err
 	}
@@ -94,13 +85,8 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 	}
 	written := noWait
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
-		if _, widened := keysNotNarrowed(a.Keys, keys); widened {
-			switch {
-			case guard != nil:
-				return guard // it would give access
-			case removing:
-				return errShutdown() // it would give access
-			}
+		if _, widened := keysNotNarrowed(a.Keys, keys); widened && widening != nil {
+			return widening // it would give access
 		}
 		if !narrowOnly {
 			a.Keys = slices.Clone(keys)

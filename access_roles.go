@@ -23,33 +23,16 @@ import (
 // that only narrows the role goes on (its record lost, counted in
 // audit.resumed), any other is refused with the log's error.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
-	var check func(cur *Role) error
-	leave := e.ops.leave
-	if !e.ops.enter() { // Shutdown waits for its record (inflight.go)
-		var err error
-		if leave, err = e.enterRevocation(); err != nil {
-			return Role{}, err
-		}
-		check = func(cur *Role) error {
-			if !narrows(cur, &r) {
-				return errShutdown() // it would give access
-			}
-			return nil
-		}
+	leave, widening, err := e.enterNarrowing(ctx) // Shutdown waits for its record (inflight.go)
+	if err != nil {
+		return Role{}, err
 	}
 	defer leave()
-	if err := e.auditGuard(ctx); err != nil {
-		// While the audit log cannot be written, a definition that only
-		// narrows the role takes access away, and goes on as a
-		// revocation does (its record lost, counted in audit.resumed);
-		// any other is refused with the log's error.
-		shutdown := check
+	var check func(cur *Role) error
+	if widening != nil {
 		check = func(cur *Role) error {
 			if !narrows(cur, &r) {
-				return err
-			}
-			if shutdown != nil {
-				return shutdown(cur)
+				return widening // it would give access
 			}
 			return nil
 		}

@@ -13,7 +13,7 @@ type handedCopy[B any] struct {
 	buf B
 }
 
-// handed returns a Delivery of a deep copy of m (Message.cloneTo): the
+// handed returns a Delivery of a deep copy of m (Message.cloneIn): the
 // handler may change it, or keep it, without changing what any other
 // receiver gets. Data of up to a few kilobytes shares the Delivery's
 // allocation, in room of one of a few sizes, each of which makes the
@@ -33,7 +33,7 @@ func handed(m *Message) *Delivery {
 		return handedIn[[2240]byte](m)
 	}
 	c := new(handedCopy[struct{}])
-	m.cloneTo(&c.m)
+	m.cloneIn(&c.m, nil, &c.sig)
 	c.d.Message = &c.m
 	return &c.d
 }
@@ -41,19 +41,7 @@ func handed(m *Message) *Delivery {
 // handedIn is handed for data that fits in B, an array of bytes.
 func handedIn[B any](m *Message) *Delivery {
 	c := new(handedCopy[B])
-	c.m = *m
-	c.m.pre = nil
-	if len(m.Data) > 0 {
-		buf := unsafe.Slice((*byte)(unsafe.Pointer(&c.buf)), unsafe.Sizeof(c.buf))
-		n := copy(buf, m.Data)
-		c.m.Data = buf[:n:n] // capped: an append by the handler copies
-	} else {
-		c.m.Data = nil // as cloneTo copies empty data
-	}
-	if m.Signature != nil {
-		c.sig = *m.Signature
-		c.m.Signature = &c.sig
-	}
+	m.cloneIn(&c.m, unsafe.Slice((*byte)(unsafe.Pointer(&c.buf)), unsafe.Sizeof(c.buf)), &c.sig)
 	c.d.Message = &c.m
 	return &c.d
 }

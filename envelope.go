@@ -241,15 +241,29 @@ func (m *Message) Clone() *Message {
 }
 
 // cloneTo makes c a deep copy of m.
-func (m *Message) cloneTo(c *Message) {
+func (m *Message) cloneTo(c *Message) { m.cloneIn(c, nil, nil) }
+
+// cloneIn makes c a deep copy of m, as cloneTo does, its data in buf when
+// it fits (capped at its length, so that an append to it copies) and its
+// signature in sig when not nil: room the caller allocated with c.
+// Empty data is copied as nil.
+func (m *Message) cloneIn(c *Message, buf []byte, sig *Signature) {
 	*c = *m
 	c.pre = nil
-	if m.Data != nil {
+	switch n := len(m.Data); {
+	case n == 0:
+		c.Data = nil
+	case n <= len(buf):
+		c.Data = buf[:copy(buf, m.Data):n]
+	default:
 		c.Data = append(json.RawMessage(nil), m.Data...)
 	}
 	if m.Signature != nil {
-		s := *m.Signature
-		c.Signature = &s
+		if sig == nil {
+			sig = new(Signature)
+		}
+		*sig = *m.Signature
+		c.Signature = sig
 	}
 }
 

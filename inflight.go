@@ -198,6 +198,28 @@ func (e *Engine) enterRevocation() (leave func(), err error) {
 	return nil, errShutdown()
 }
 
+// enterNarrowing counts a change that may give access or only take it
+// away, which is known only under the lock that makes it (a role
+// redefined, an account's keys replaced), and returns the function that
+// counts it out and the error such a change meets if it gives access:
+// SHUTTING_DOWN once Shutdown began (it is then counted as a revocation,
+// enterRevocation), the audit log's error while the log cannot be written
+// (the audit guard), nil otherwise. A change that only takes access away
+// goes on in both cases. err refuses it outright, as enterRevocation does.
+func (e *Engine) enterNarrowing(ctx context.Context) (leave func(), widening, err error) {
+	leave = e.ops.leave
+	if !e.ops.enter() {
+		if leave, err = e.enterRevocation(); err != nil {
+			return nil, nil, err
+		}
+		widening = errShutdown()
+	}
+	if guard := e.auditGuard(ctx); guard != nil && widening == nil {
+		widening = guard
+	}
+	return leave, widening, nil
+}
+
 // flushAuditWithin is flushAudit bounded by ctx, for Shutdown's last
 // flush: it returns ctx's error when ctx is done before what is queued
 // is written, a writer at work stuck in the store included. The flush
