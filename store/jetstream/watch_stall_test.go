@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -41,19 +42,32 @@ func pauseConsumers(ctx context.Context, t *testing.T, s *Store, inbox string, b
 		stream := "KV_" + s.bucketName(bucket)
 		st, err := s.js.Stream(ctx, stream)
 		require.NoError(t, err)
-		found := 0
-		list := st.ListConsumers(ctx)
-		for info := range list.Info() {
-			if !strings.HasPrefix(info.Config.DeliverSubject, inbox+".") {
-				continue
+		// A watch started again between the listing and the pause (its
+		// consumer gone, a new one made: a slow machine can miss a
+		// heartbeat) is looked for again, in a new listing.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			found, gone := 0, false
+			list := st.ListConsumers(ctx)
+			for info := range list.Info() {
+				if !strings.HasPrefix(info.Config.DeliverSubject, inbox+".") {
+					continue
+				}
+				_, err := s.js.PauseConsumer(ctx, stream, info.Name, time.Now().Add(time.Hour))
+				if errors.Is(err, jetstream.ErrConsumerNotFound) {
+					gone = true
+					continue
+				}
+				require.NoError(t, err)
+				held = append(held, paused{stream, info.Name})
+				found++
 			}
-			_, err := s.js.PauseConsumer(ctx, stream, info.Name, time.Now().Add(time.Hour))
-			require.NoError(t, err)
-			held = append(held, paused{stream, info.Name})
-			found++
+			require.NoError(t, list.Err())
+			if found > 0 && !gone {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no watch of %s to pause", stream)
+			time.Sleep(10 * time.Millisecond)
 		}
-		require.NoError(t, list.Err())
-		require.NotZero(t, found, "no watch of %s to pause", stream)
 	}
 	var once sync.Once
 	resume = func() {
